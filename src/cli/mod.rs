@@ -1,0 +1,36 @@
+//! The command line: `retryd classify`, `retryd serve`, `retryd health`.
+
+pub mod classify;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// retryd: may this failed call be retried, when, and would a retry create a duplicate?
+#[derive(Debug, Parser)]
+#[command(name = "retryd", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Decide one failure locally and print the decision.
+    Classify(classify::ClassifyArgs),
+    /// Run the gRPC service.
+    Serve(crate::server::ServeArgs),
+    /// Probe a running server's health (grpc_health_probe's exit codes).
+    Health(crate::server::HealthArgs),
+}
+
+/// Runs the parsed command and returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Classify(args) => classify::run(&args),
+        Command::Serve(args) => crate::server::serve_main(args),
+        Command::Health(args) => crate::server::health_main(args),
+    }
+}

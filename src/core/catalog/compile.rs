@@ -1,0 +1,271 @@
+//! Parsing and validating one catalog file into a [`Catalog`]. Every problem
+//! is collected, not just the first, so `retryd policy check` can list them.
+
+use std::collections::HashMap;
+
+use super::source::{CatalogSource, CodeSource, RuleSource, TextSource};
+use super::{Backoff, Catalog, CodeEntry, DelayKind, LocalText, Rule};
+use crate::core::model::{Locale, SideEffectState, TargetReached, TerminalState, Verdict};
+
+/// One problem in a catalog file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {key}: {message}")]
+pub struct CatalogError {
+    /// The file (or embedded name) the catalog came from.
+    pub file: String,
+    /// The key path, e.g. `codes[3].write.verdict`, or `line 12` for syntax errors.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Parses and validates `text` (from `file`) into a catalog.
+pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogError>> {
+    let source: CatalogSource = toml::from_str(text).map_err(|e| {
+        let key = match e.span() {
+            Some(span) => format!("line {}", line_of(text, span.start)),
+            None => "document".to_owned(),
+        };
+        vec![CatalogError { file: file.to_owned(), key, message: e.message().to_owned() }]
+    })?;
+    let mut c = Compiler { file, errors: Vec::new(), locales: Vec::new(), name: source.name.clone() };
+    let catalog = c.catalog(source);
+    if c.errors.is_empty() { Ok(catalog) } else { Err(c.errors) }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset).map_or(1, |t| t.matches('\n').count() + 1)
+}
+
+struct Compiler<'f> {
+    file: &'f str,
+    errors: Vec<CatalogError>,
+    locales: Vec<Locale>,
+    name: String,
+}
+
+impl Compiler<'_> {
+    fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(CatalogError { file: self.file.to_owned(), key: key.into(), message: message.into() });
+    }
+
+    fn catalog(&mut self, s: CatalogSource) -> Catalog {
+        if s.name.is_empty() || !s.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            self.err("name", "must be non-empty ASCII letters, digits, '_' or '-'");
+        }
+        for (i, tag) in s.locales.iter().enumerate() {
+            match Locale::from_tag(tag) {
+                Some(l) if !self.locales.contains(&l) => self.locales.push(l),
+                Some(_) => self.err(format!("locales[{i}]"), format!("duplicate locale {tag:?}")),
+                None => self.err(format!("locales[{i}]"), format!("unsupported locale {tag:?}; supported: en, ru")),
+            }
+        }
+        if !self.locales.contains(&Locale::En) {
+            self.err("locales", "must include \"en\"");
+        }
+        if s.max_attempts == 0 {
+            self.err("max_attempts", "must be at least 1");
+        }
+        let b = &s.backoff;
+        if b.base_ms == 0 {
+            self.err("backoff.base_ms", "must be positive");
+        }
+        if b.cap_ms < b.base_ms {
+            self.err("backoff.cap_ms", format!("must be >= backoff.base_ms ({} > {})", b.base_ms, b.cap_ms));
+        }
+        if !(b.multiplier.is_finite() && b.multiplier >= 1.0) {
+            self.err("backoff.multiplier", "must be a finite number >= 1");
+        }
+        for (i, ms) in s.schedule_ms.iter().enumerate() {
+            if *ms == 0 {
+                self.err(format!("schedule_ms[{i}]"), "must be positive");
+            }
+        }
+        let terminal = match s.exhausted_terminal_state.as_deref() {
+            None => None,
+            Some("FAILED_PERMANENT") => Some(TerminalState::FailedPermanent),
+            Some(other) => {
+                self.err("exhausted_terminal_state", format!("unknown state {other:?}; known: FAILED_PERMANENT"));
+                None
+            }
+        };
+        let mut words = |list: Vec<String>, key: &str| -> Vec<Box<str>> {
+            for (i, w) in list.iter().enumerate() {
+                if w.is_empty() || !w.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    self.err(format!("operations.{key}[{i}]"), "must be a non-empty ASCII word");
+                }
+            }
+            list.into_iter().map(Into::into).collect()
+        };
+        let read_words = words(s.operations.read, "read");
+        let write_words = words(s.operations.write, "write");
+
+        let mut index = HashMap::new();
+        let mut codes = Vec::with_capacity(s.codes.len());
+        for (i, code) in s.codes.into_iter().enumerate() {
+            let key = format!("codes[{i}]");
+            let Some(name) = code.code.clone().filter(|c| !c.is_empty()) else {
+                self.err(format!("{key}.code"), "missing or empty");
+                continue;
+            };
+            for spelling in std::iter::once(&name).chain(code.aliases.iter()) {
+                if index.insert(spelling.clone().into_boxed_str(), codes.len()).is_some() {
+                    self.err(&key, format!("duplicate code or alias {spelling:?} (codes are case-sensitive)"));
+                }
+            }
+            let uses_schedule = code.delay == "schedule";
+            let entry = self.entry(&key, &name, code);
+            if uses_schedule && s.schedule_ms.is_empty() {
+                self.err(format!("{key}.delay"), "\"schedule\" needs a non-empty schedule_ms");
+            }
+            codes.push(entry);
+        }
+        let unknown = self.fallback("unknown", s.unknown);
+        let no_envelope = self.fallback("no_envelope", s.no_envelope);
+
+        Catalog {
+            name: s.name.into(),
+            description: s.description.into(),
+            locales: self.locales.clone(),
+            max_attempts: s.max_attempts,
+            backoff: Backoff { base_ms: b.base_ms, multiplier: b.multiplier, cap_ms: b.cap_ms },
+            schedule_ms: s.schedule_ms.into(),
+            exhausted_terminal_state: terminal,
+            read_words,
+            write_words,
+            codes,
+            index,
+            unknown,
+            no_envelope,
+        }
+    }
+
+    fn fallback(&mut self, key: &str, code: CodeSource) -> CodeEntry {
+        if code.code.is_some() || !code.aliases.is_empty() {
+            self.err(key, "a fallback rule has no code or aliases");
+        }
+        if code.delay == "schedule" {
+            self.err(format!("{key}.delay"), "a fallback rule cannot use the schedule");
+        }
+        self.entry(key, key, code)
+    }
+
+    fn entry(&mut self, key: &str, code: &str, s: CodeSource) -> CodeEntry {
+        let delay = match s.delay.as_str() {
+            "backoff" => DelayKind::Backoff,
+            "retry_after" => DelayKind::RetryAfter,
+            "strict_retry_after" => DelayKind::StrictRetryAfter,
+            "schedule" => DelayKind::Schedule,
+            other => {
+                self.err(
+                    format!("{key}.delay"),
+                    format!("unknown delay {other:?}; known: backoff, retry_after, strict_retry_after, schedule"),
+                );
+                DelayKind::Backoff
+            }
+        };
+        let condition = self.text(&format!("{key}.condition"), &s.condition);
+        let read = self.rule(&format!("{key}.read"), code, "read", &s.read, SideEffectState::None, &condition);
+        let write_default = match s.target_reached {
+            TargetReached::No => SideEffectState::None,
+            TargetReached::Yes => SideEffectState::Possible,
+            TargetReached::Unknown => SideEffectState::Unknown,
+        };
+        let write = self.rule(&format!("{key}.write"), code, "write", &s.write, write_default, &condition);
+        if rank(write.verdict) < rank(read.verdict) && !s.write.acknowledge_less_conservative {
+            self.err(
+                format!("{key}.write.verdict"),
+                format!(
+                    "{} is less conservative than the read rule's {}; set acknowledge_less_conservative = true if that is meant",
+                    write.verdict.as_str(),
+                    read.verdict.as_str()
+                ),
+            );
+        }
+        CodeEntry {
+            code: code.into(),
+            aliases: s.aliases.into_iter().map(Into::into).collect(),
+            target_reached: s.target_reached,
+            delay,
+            condition,
+            read,
+            write,
+        }
+    }
+
+    fn rule(
+        &mut self,
+        key: &str,
+        code: &str,
+        op: &str,
+        s: &RuleSource,
+        default_side_effect: SideEffectState,
+        condition: &LocalText,
+    ) -> Rule {
+        let verdict = match Verdict::from_catalog_word(&s.verdict) {
+            Some(v) => v,
+            None => {
+                self.err(
+                    format!("{key}.verdict"),
+                    format!(
+                        "unknown verdict {:?}; known: retry_with_limit, state_verification_required, fix_before_retry, do_not_retry",
+                        s.verdict
+                    ),
+                );
+                Verdict::DoNotRetry
+            }
+        };
+        if verdict == Verdict::FixBeforeRetry && s.required_transition.is_none() {
+            self.err(format!("{key}.required_transition"), "fix_before_retry needs the transition it waits for");
+        }
+        let side_effect = s.side_effect.unwrap_or(default_side_effect);
+        if side_effect == SideEffectState::Confirmed {
+            self.err(format!("{key}.side_effect"), "\"confirmed\" is only known from a read-back, not from a code");
+        }
+        let reason = match &s.reason {
+            Some(t) => self.text(&format!("{key}.reason"), t),
+            None => condition.clone(),
+        };
+        Rule {
+            id: format!("{}/{code}/{op}", self.name).into(),
+            verdict,
+            side_effect,
+            required_transition: s.required_transition.clone().map(Into::into),
+            reconciliation_action: s.reconciliation_action.clone().map(Into::into),
+            reason,
+            scope: s.scope,
+            reconcile_before_retry: s.reconcile_before_retry,
+        }
+    }
+
+    fn text(&mut self, key: &str, t: &TextSource) -> LocalText {
+        for tag in t.keys() {
+            if !Locale::from_tag(tag).is_some_and(|l| self.locales.contains(&l)) {
+                self.err(format!("{key}.{tag}"), "locale not declared in `locales`");
+            }
+        }
+        let mut out: [Box<str>; 2] = Default::default();
+        for l in Locale::ALL {
+            let text = t.get(l.as_str()).filter(|s| !s.trim().is_empty());
+            match text {
+                Some(s) => out[l.index()] = s.as_str().into(),
+                None if self.locales.contains(&l) => self.err(format!("{key}.{}", l.as_str()), "missing text"),
+                None => {}
+            }
+        }
+        if out[Locale::Ru.index()].is_empty() {
+            out[Locale::Ru.index()] = out[Locale::En.index()].clone();
+        }
+        LocalText(out)
+    }
+}
+
+/// Conservativeness order: a write rule must not rank below the read rule.
+fn rank(v: Verdict) -> u8 {
+    match v {
+        Verdict::RetryWithLimit => 0,
+        Verdict::StateVerificationRequired => 1,
+        Verdict::FixBeforeRetry => 2,
+        Verdict::DoNotRetry | Verdict::AlreadyApplied => 3,
+    }
+}

@@ -1,0 +1,236 @@
+//! A catalog: the codes of one dependency family and, for each, what a read
+//! and a write may do. Catalogs are data (TOML under `policies/`); this module
+//! parses, validates and compiles them into the lookup form the engine uses.
+
+mod compile;
+pub mod source;
+
+pub use compile::{CatalogError, compile_catalog};
+
+use std::collections::HashMap;
+
+use crate::core::model::{Locale, Operation, Scope, SideEffectState, TargetReached, TerminalState, Verdict};
+
+/// A text in every supported locale (missing locales fall back to English).
+#[derive(Debug, Clone)]
+pub struct LocalText([Box<str>; 2]);
+
+impl LocalText {
+    /// The text in `locale`.
+    pub fn get(&self, locale: Locale) -> &str {
+        &self.0[locale.index()]
+    }
+}
+
+/// How the wait before the next attempt is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayKind {
+    /// Bounded exponential backoff with jitter; a Retry-After, if any, is still a floor.
+    Backoff,
+    /// Honour Retry-After; back off when there is none.
+    RetryAfter,
+    /// Never before the full Retry-After; back off when there is none.
+    StrictRetryAfter,
+    /// The catalog's fixed schedule (a Retry-After, if any, is a floor).
+    Schedule,
+}
+
+impl DelayKind {
+    /// The catalog word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DelayKind::Backoff => "backoff",
+            DelayKind::RetryAfter => "retry_after",
+            DelayKind::StrictRetryAfter => "strict_retry_after",
+            DelayKind::Schedule => "schedule",
+        }
+    }
+}
+
+/// Bounded exponential backoff parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// Delay after the first attempt, ms.
+    pub base_ms: u64,
+    /// Growth per attempt.
+    pub multiplier: f64,
+    /// Largest delay, ms.
+    pub cap_ms: u64,
+}
+
+impl Backoff {
+    /// The equal-jitter window after attempt `attempt` (1-based):
+    /// `[expo/2, expo]` with `expo = min(cap, base · multiplier^(attempt−1))`.
+    pub fn window(&self, attempt: u32) -> (u64, u64) {
+        let exponent = attempt.saturating_sub(1).min(64) as i32;
+        let expo = (self.base_ms as f64) * self.multiplier.powi(exponent);
+        let expo = if expo.is_finite() && expo < self.cap_ms as f64 {
+            expo as u64
+        } else {
+            self.cap_ms
+        };
+        (expo / 2, expo)
+    }
+}
+
+/// The compiled answer for one code and one operation.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Stable id, e.g. `vibecode/BITRIX_TIMEOUT/write`.
+    pub id: Box<str>,
+    /// The verdict before limits, read-back and idempotency keys.
+    pub verdict: Verdict,
+    /// What is known of the failed call's effects.
+    pub side_effect: SideEffectState,
+    /// State change needed before a retry.
+    pub required_transition: Option<Box<str>>,
+    /// Machine-readable action for the caller.
+    pub reconciliation_action: Option<Box<str>>,
+    /// The reason in every locale.
+    pub reason: LocalText,
+    /// Request or tenant.
+    pub scope: Scope,
+    /// An idempotency key does not replace reconciliation.
+    pub reconcile_before_retry: bool,
+}
+
+/// One code of a catalog with its read and write rules.
+#[derive(Debug, Clone)]
+pub struct CodeEntry {
+    /// The canonical code (`unknown` / `no_envelope` for the fallbacks).
+    pub code: Box<str>,
+    /// Other spellings.
+    pub aliases: Vec<Box<str>>,
+    /// Did the target call reach the dependency?
+    pub target_reached: TargetReached,
+    /// How the wait is computed.
+    pub delay: DelayKind,
+    /// The matrix's condition text.
+    pub condition: LocalText,
+    /// Rule for reads.
+    pub read: Rule,
+    /// Rule for writes.
+    pub write: Rule,
+}
+
+impl CodeEntry {
+    /// The rule for `op` (unspecified is treated as a write).
+    pub fn rule(&self, op: Operation) -> &Rule {
+        match op {
+            Operation::Read => &self.read,
+            Operation::Write | Operation::Unspecified => &self.write,
+        }
+    }
+}
+
+/// A validated, compiled catalog.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    /// Name callers use.
+    pub name: Box<str>,
+    /// One line for people.
+    pub description: Box<str>,
+    /// Locales its texts carry.
+    pub locales: Vec<Locale>,
+    /// Attempts allowed in all.
+    pub max_attempts: u32,
+    /// Backoff parameters.
+    pub backoff: Backoff,
+    /// Waits for `schedule` codes, one per retry.
+    pub schedule_ms: Box<[u64]>,
+    /// State to record when retries run out.
+    pub exhausted_terminal_state: Option<TerminalState>,
+    read_words: Vec<Box<str>>,
+    write_words: Vec<Box<str>>,
+    codes: Vec<CodeEntry>,
+    index: HashMap<Box<str>, usize>,
+    unknown: CodeEntry,
+    no_envelope: CodeEntry,
+}
+
+impl Catalog {
+    /// The entry for `code` or one of its aliases (case-sensitive).
+    pub fn lookup(&self, code: &str) -> Option<&CodeEntry> {
+        self.index.get(code).map(|&i| &self.codes[i])
+    }
+
+    /// Every known code, in file order.
+    pub fn codes(&self) -> &[CodeEntry] {
+        &self.codes
+    }
+
+    /// The rule set for codes the catalog does not know.
+    pub fn unknown(&self) -> &CodeEntry {
+        &self.unknown
+    }
+
+    /// The rule set for failures without a platform envelope.
+    pub fn no_envelope(&self) -> &CodeEntry {
+        &self.no_envelope
+    }
+
+    /// Infers read or write from the method's meaning: its last segment
+    /// (after `.`, `/` or `:`) matched against the catalog's words. No match,
+    /// or no method, is a write — the conservative answer.
+    pub fn infer_operation(&self, method: &str) -> Operation {
+        let last = method.rsplit(['.', '/', ':']).next().unwrap_or(method);
+        if last.is_empty() {
+            return Operation::Write;
+        }
+        // Writes are checked first: a word in both lists must not turn a write into a read.
+        if self.write_words.iter().any(|w| word_matches(last, w)) {
+            Operation::Write
+        } else if self.read_words.iter().any(|w| word_matches(last, w)) {
+            Operation::Read
+        } else {
+            Operation::Write
+        }
+    }
+
+    /// The words that mark reads.
+    pub fn read_words(&self) -> &[Box<str>] {
+        &self.read_words
+    }
+
+    /// The words that mark writes.
+    pub fn write_words(&self) -> &[Box<str>] {
+        &self.write_words
+    }
+}
+
+/// `segment` is `word` (any ASCII case), or starts with it followed by a
+/// word break: `add`, `ADD`, `addDeal`, `add_deal` match `add`; `address` does not.
+fn word_matches(segment: &str, word: &str) -> bool {
+    let (s, w) = (segment.as_bytes(), word.as_bytes());
+    if s.len() < w.len() || !s[..w.len()].eq_ignore_ascii_case(w) {
+        return false;
+    }
+    match s.get(w.len()) {
+        None => true,
+        Some(b) => b.is_ascii_uppercase() || *b == b'_' || *b == b'-',
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_matching_respects_word_breaks() {
+        assert!(word_matches("add", "add"));
+        assert!(word_matches("Add", "add"));
+        assert!(word_matches("addDeal", "add"));
+        assert!(word_matches("add_deal", "add"));
+        assert!(!word_matches("address", "add"));
+        assert!(!word_matches("ad", "add"));
+    }
+
+    #[test]
+    fn backoff_window_is_bounded_and_never_overflows() {
+        let b = Backoff { base_ms: 1000, multiplier: 2.0, cap_ms: 30_000 };
+        assert_eq!(b.window(1), (500, 1000));
+        assert_eq!(b.window(3), (2000, 4000));
+        assert_eq!(b.window(10), (15_000, 30_000));
+        assert_eq!(b.window(u32::MAX), (15_000, 30_000));
+    }
+}

@@ -1,0 +1,61 @@
+//! Sane sizes for the strings of a [`Failure`]. Over a limit, the input is
+//! refused with the field's name rather than truncated: a silently cut
+//! idempotency key would be a different key.
+
+use super::model::Failure;
+
+/// Longest catalog name, in bytes.
+pub const MAX_CATALOG: usize = 64;
+/// Longest code.
+pub const MAX_CODE: usize = 128;
+/// Longest method name.
+pub const MAX_METHOD: usize = 256;
+/// Longest raw Retry-After value.
+pub const MAX_RETRY_AFTER: usize = 64;
+/// Longest idempotency key.
+pub const MAX_IDEMPOTENCY_KEY: usize = 256;
+/// Longest request id.
+pub const MAX_REQUEST_ID: usize = 256;
+/// Longest tenant id.
+pub const MAX_TENANT: usize = 256;
+/// Longest locale tag.
+pub const MAX_LOCALE: usize = 35;
+/// Longest reconciliation action in an upstream contract.
+pub const MAX_ACTION: usize = 128;
+
+/// A field of the input that is out of bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {description}")]
+pub struct FieldViolation {
+    /// The field's name as in the proto, e.g. `idempotency_key`.
+    pub field: &'static str,
+    /// What is wrong, naming the limit.
+    pub description: String,
+}
+
+/// Checks every string of `failure` against its limit.
+pub fn check(failure: &Failure<'_>) -> Result<(), FieldViolation> {
+    let mut fields = vec![
+        ("catalog", failure.catalog, MAX_CATALOG),
+        ("code", failure.code, MAX_CODE),
+        ("method", failure.method, MAX_METHOD),
+        ("retry_after", failure.retry_after, MAX_RETRY_AFTER),
+        ("idempotency_key", failure.idempotency_key, MAX_IDEMPOTENCY_KEY),
+        ("request_id", failure.request_id, MAX_REQUEST_ID),
+        ("tenant", failure.tenant, MAX_TENANT),
+        ("locale", failure.locale, MAX_LOCALE),
+    ];
+    if let Some(up) = &failure.upstream {
+        fields.push(("upstream.idempotency_key", up.idempotency_key.unwrap_or(""), MAX_IDEMPOTENCY_KEY));
+        fields.push(("upstream.reconciliation_action", up.reconciliation_action.unwrap_or(""), MAX_ACTION));
+    }
+    for (field, value, max) in fields {
+        if value.len() > max {
+            return Err(FieldViolation {
+                field,
+                description: format!("is {} bytes; the limit is {max}", value.len()),
+            });
+        }
+    }
+    Ok(())
+}

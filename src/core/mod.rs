@@ -1,0 +1,21 @@
+//! The pure decision core: no I/O, no clock, no gRPC types. Everything the
+//! adapters need is re-exported here.
+
+pub mod catalog;
+pub mod engine;
+pub mod limits;
+pub mod messages;
+pub mod model;
+pub mod policy;
+pub mod retry_after;
+pub mod time;
+pub mod warnings;
+
+pub use engine::{DecideError, decide};
+pub use model::{
+    Decision, Failure, Locale, Operation, ReadBack, RetryContract, Scope, SideEffectState, Strategy, TargetReached,
+    TerminalState, Verdict,
+};
+pub use policy::{Policy, PolicyError};
+pub use time::UnixMillis;
+pub use warnings::{Warning, Warnings};

@@ -1,0 +1,11 @@
+//! retryd: answers "this call to a dependency failed — may I retry it, when,
+//! and would a retry create a duplicate?"
+//!
+//! The crate is layered: [`core`] is the pure decision engine (no I/O, `now`
+//! passed in); the gRPC adapter and server assembly are built on top of it.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod core;
+pub mod server;
