@@ -1,0 +1,257 @@
+//! `retryd classify`: decide one failure locally, on the embedded policy.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use serde_json::json;
+
+use crate::core::{Decision, Failure, Operation, Policy, ReadBack, UnixMillis, decide, limits};
+
+/// Flags of `retryd classify`.
+#[derive(Debug, Args)]
+pub struct ClassifyArgs {
+    /// Catalog of codes (default: vibecode).
+    #[arg(long, default_value = "")]
+    pub catalog: String,
+    /// The error code; empty means no platform envelope (a network error).
+    #[arg(long, default_value = "")]
+    pub code: String,
+    /// Read or write; omitted: inferred from --method, else write.
+    #[arg(long, value_enum)]
+    pub operation: Option<OperationArg>,
+    /// The dependency's method, e.g. crm.deal.add.
+    #[arg(long, default_value = "")]
+    pub method: String,
+    /// 1-based number of the attempt that failed.
+    #[arg(long, default_value_t = 1)]
+    pub attempt: u32,
+    /// The caller's attempt limit (0: the catalog's).
+    #[arg(long, default_value_t = 0)]
+    pub max_attempts: u32,
+    /// Raw Retry-After: delta-seconds or an HTTP-date.
+    #[arg(long, default_value = "")]
+    pub retry_after: String,
+    /// Already parsed delay in milliseconds.
+    #[arg(long)]
+    pub retry_after_ms: Option<u64>,
+    /// No attempt after this time (RFC 3339, e.g. 2026-08-08T12:05:00Z).
+    #[arg(long, value_parser = parse_deadline)]
+    pub deadline: Option<UnixMillis>,
+    /// The idempotency key the call was sent with.
+    #[arg(long, default_value = "")]
+    pub idempotency_key: String,
+    /// The dependency deduplicates by the idempotency key.
+    #[arg(long)]
+    pub idempotency_key_enforced: bool,
+    /// What a read-back of the state found.
+    #[arg(long, value_enum)]
+    pub read_back: Option<ReadBackArg>,
+    /// There is no reliable way to verify the write's effect.
+    #[arg(long)]
+    pub cannot_verify_effect: bool,
+    /// X-Request-Id of the failed response (diagnostics only).
+    #[arg(long, default_value = "")]
+    pub request_id: String,
+    /// The caller's tenant.
+    #[arg(long, default_value = "")]
+    pub tenant: String,
+    /// Language of the reason: en or ru.
+    #[arg(long, default_value = "en")]
+    pub locale: String,
+    /// Output: text for people, json for the whole decision, asc for the seed's contract shape.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Decide as of this time instead of now (RFC 3339), for reproducible output.
+    #[arg(long, value_parser = parse_deadline)]
+    pub now: Option<UnixMillis>,
+}
+
+/// `--operation` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OperationArg {
+    /// Does not change data.
+    Read,
+    /// Changes data.
+    Write,
+}
+
+/// `--read-back` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReadBackArg {
+    /// The effect was found.
+    Present,
+    /// The effect is verifiably absent.
+    Absent,
+    /// The read-back could not tell.
+    Inconclusive,
+}
+
+/// `--format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For people.
+    Text,
+    /// The whole decision as JSON.
+    Json,
+    /// Exactly the ASC contract shape `{"retry": {...}}`.
+    Asc,
+}
+
+fn parse_deadline(s: &str) -> Result<UnixMillis, String> {
+    UnixMillis::parse_rfc3339(s).ok_or_else(|| format!("{s:?} is not an RFC 3339 time such as 2026-08-08T12:05:00Z"))
+}
+
+impl ClassifyArgs {
+    /// The failure these flags describe.
+    pub fn failure(&self) -> Failure<'_> {
+        Failure {
+            catalog: &self.catalog,
+            code: &self.code,
+            operation: match self.operation {
+                None => Operation::Unspecified,
+                Some(OperationArg::Read) => Operation::Read,
+                Some(OperationArg::Write) => Operation::Write,
+            },
+            method: &self.method,
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            retry_after: &self.retry_after,
+            retry_after_ms: self.retry_after_ms,
+            deadline: self.deadline,
+            idempotency_key: &self.idempotency_key,
+            idempotency_key_enforced: self.idempotency_key_enforced,
+            read_back: match self.read_back {
+                None => ReadBack::NotDone,
+                Some(ReadBackArg::Present) => ReadBack::EffectPresent,
+                Some(ReadBackArg::Absent) => ReadBack::EffectAbsent,
+                Some(ReadBackArg::Inconclusive) => ReadBack::Inconclusive,
+            },
+            cannot_verify_effect: self.cannot_verify_effect,
+            request_id: &self.request_id,
+            tenant: &self.tenant,
+            upstream: None,
+            locale: &self.locale,
+        }
+    }
+}
+
+/// Runs `retryd classify`: 0 on a decision, 2 on bad input.
+pub fn run(args: &ClassifyArgs) -> ExitCode {
+    let policy = match Policy::embedded() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("retryd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let failure = args.failure();
+    if let Err(v) = limits::check(&failure) {
+        eprintln!("retryd classify: --{}: {}", v.field.replace('_', "-"), v.description);
+        return ExitCode::from(2);
+    }
+    let now = args.now.unwrap_or_else(UnixMillis::now);
+    match decide(&policy, &failure, now) {
+        Ok(decision) => {
+            println!("{}", render(&decision, args.format));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("retryd classify: --catalog: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Renders a decision in `format`.
+pub fn render(d: &Decision<'_>, format: Format) -> String {
+    match format {
+        Format::Json => serde_json::to_string_pretty(d).unwrap_or_default(),
+        Format::Asc => serde_json::to_string_pretty(&asc_contract(d)).unwrap_or_default(),
+        Format::Text => text(d),
+    }
+}
+
+/// The seed's contract shape: exactly its ten fields, nulls where it has nulls.
+pub fn asc_contract(d: &Decision<'_>) -> serde_json::Value {
+    let r = &d.retry;
+    json!({
+        "retry": {
+            "retryable": r.retryable,
+            "safe": r.safe,
+            "after_ms": r.after_ms,
+            "strategy": r.strategy,
+            "attempt": r.attempt,
+            "max_attempts": r.max_attempts,
+            "deadline": r.deadline,
+            "idempotency_key": r.idempotency_key,
+            "side_effect_state": r.side_effect_state,
+            "reconciliation_action": r.reconciliation_action,
+        }
+    })
+}
+
+fn text(d: &Decision<'_>) -> String {
+    let r = &d.retry;
+    let word = |v: &dyn erased::Word| v.word();
+    let mut out = String::new();
+    let _ = writeln!(out, "verdict:      {}", d.verdict.as_str());
+    let _ = writeln!(out, "reason:       {}", d.reason);
+    let _ = writeln!(
+        out,
+        "code:         {}/{} ({}{})",
+        d.catalog,
+        if d.code.is_empty() { "<no envelope>" } else { d.code },
+        if d.known_code { "known" } else { "unknown" },
+        if d.operation_inferred { ", operation inferred" } else { "" }
+    );
+    let _ = writeln!(out, "operation:    {}", word(&d.operation));
+    let _ = writeln!(out, "reached:      {}", word(&d.target_reached));
+    let _ = writeln!(out, "retryable:    {}   safe: {}", r.retryable, r.safe);
+    if r.retryable {
+        let _ = writeln!(out, "wait:         {}–{} ms ({})", r.after_ms, r.max_after_ms, word(&r.strategy));
+    }
+    let _ = writeln!(out, "attempt:      {} of {}", r.attempt, r.max_attempts);
+    if let Some(dl) = r.deadline {
+        let _ = writeln!(out, "deadline:     {}", dl.to_rfc3339());
+    }
+    let _ = writeln!(out, "side effect:  {}", word(&r.side_effect_state));
+    if let Some(a) = r.reconciliation_action {
+        let _ = writeln!(out, "action:       {a}");
+    }
+    if let Some(k) = r.idempotency_key {
+        let _ = writeln!(out, "resend key:   {k}");
+    }
+    if let Some(t) = d.required_transition {
+        let _ = writeln!(out, "needs:        {t}");
+    }
+    if d.scope == crate::core::Scope::Tenant {
+        let _ = writeln!(out, "scope:        tenant (stop calling this tenant)");
+    }
+    if let Some(t) = d.terminal_state {
+        let _ = writeln!(out, "terminal:     {}", t.as_str());
+    }
+    if !d.request_id.is_empty() {
+        let _ = writeln!(out, "request id:   {}", d.request_id);
+    }
+    for w in d.warnings.iter() {
+        let _ = writeln!(out, "warning:      {}", w.message());
+    }
+    let _ = write!(out, "rule:         {} ({})", d.rule, d.policy_version);
+    out
+}
+
+/// Lowercase words of the serde-serialized enums, for the text format.
+mod erased {
+    pub trait Word {
+        fn word(&self) -> String;
+    }
+    impl<T: serde::Serialize> Word for T {
+        fn word(&self) -> String {
+            match serde_json::to_value(self) {
+                Ok(serde_json::Value::String(s)) => s,
+                _ => String::new(),
+            }
+        }
+    }
+}
