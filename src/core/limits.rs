@@ -35,7 +35,11 @@ pub struct FieldViolation {
 
 /// Checks every string of `failure` against its limit.
 pub fn check(failure: &Failure<'_>) -> Result<(), FieldViolation> {
-    let mut fields = vec![
+    let (up_key, up_action) = match &failure.upstream {
+        Some(up) => (up.idempotency_key.unwrap_or(""), up.reconciliation_action.unwrap_or("")),
+        None => ("", ""),
+    };
+    let fields = [
         ("catalog", failure.catalog, MAX_CATALOG),
         ("code", failure.code, MAX_CODE),
         ("method", failure.method, MAX_METHOD),
@@ -44,18 +48,30 @@ pub fn check(failure: &Failure<'_>) -> Result<(), FieldViolation> {
         ("request_id", failure.request_id, MAX_REQUEST_ID),
         ("tenant", failure.tenant, MAX_TENANT),
         ("locale", failure.locale, MAX_LOCALE),
+        ("upstream.idempotency_key", up_key, MAX_IDEMPOTENCY_KEY),
+        ("upstream.reconciliation_action", up_action, MAX_ACTION),
     ];
-    if let Some(up) = &failure.upstream {
-        fields.push(("upstream.idempotency_key", up.idempotency_key.unwrap_or(""), MAX_IDEMPOTENCY_KEY));
-        fields.push(("upstream.reconciliation_action", up.reconciliation_action.unwrap_or(""), MAX_ACTION));
+    match fields.into_iter().find(|(_, value, max)| value.len() > *max) {
+        None => Ok(()),
+        Some((field, value, max)) => Err(FieldViolation {
+            field,
+            description: format!("is {} bytes; the limit is {max}", value.len()),
+        }),
     }
-    for (field, value, max) in fields {
-        if value.len() > max {
-            return Err(FieldViolation {
-                field,
-                description: format!("is {} bytes; the limit is {max}", value.len()),
-            });
-        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_first_field_over_its_limit() {
+        let long = "k".repeat(MAX_IDEMPOTENCY_KEY + 1);
+        let f = Failure { idempotency_key: &long, ..Failure::default() };
+        let v = check(&f).unwrap_err();
+        assert_eq!(v.field, "idempotency_key");
+        assert!(v.description.contains("limit is 256"), "{}", v.description);
+        let at_limit = "k".repeat(MAX_IDEMPOTENCY_KEY);
+        assert!(check(&Failure { idempotency_key: &at_limit, ..Failure::default() }).is_ok());
     }
-    Ok(())
 }

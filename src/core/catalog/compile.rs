@@ -269,3 +269,133 @@ fn rank(v: Verdict) -> u8 {
         Verdict::DoNotRetry | Verdict::AlreadyApplied => 3,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+name = "t"
+description = "test"
+locales = ["en", "ru"]
+max_attempts = 3
+[backoff]
+base_ms = 100
+multiplier = 2.0
+cap_ms = 1000
+[operations]
+read = ["get"]
+write = ["add"]
+[[codes]]
+code = "A"
+target_reached = "no"
+condition = { en = "a", ru = "а" }
+read = { verdict = "retry_with_limit" }
+write = { verdict = "retry_with_limit" }
+[unknown]
+target_reached = "unknown"
+condition = { en = "u", ru = "у" }
+read = { verdict = "retry_with_limit" }
+write = { verdict = "state_verification_required" }
+[no_envelope]
+target_reached = "unknown"
+condition = { en = "n", ru = "н" }
+read = { verdict = "retry_with_limit" }
+write = { verdict = "state_verification_required" }
+"#;
+
+    fn errors(text: &str) -> Vec<CatalogError> {
+        compile_catalog("t.toml", text).expect_err("must be refused")
+    }
+
+    fn has(errs: &[CatalogError], key: &str, words: &str) -> bool {
+        errs.iter().any(|e| e.key == key && e.message.contains(words))
+    }
+
+    #[test]
+    fn minimal_catalog_compiles() {
+        let c = compile_catalog("t.toml", MINIMAL).unwrap();
+        assert_eq!(c.lookup("A").unwrap().read.id.as_ref(), "t/A/read");
+        assert!(c.lookup("a").is_none(), "codes are case-sensitive");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_a_line() {
+        let e = errors(&MINIMAL.replace("max_attempts = 3", "max_attempts = 3\nmax_attemps = 4"));
+        assert!(e[0].key.starts_with("line 6"), "{e:?}");
+        assert!(e[0].message.contains("max_attemps"), "{e:?}");
+    }
+
+    #[test]
+    fn duplicate_codes_and_aliases_are_refused() {
+        let dup = MINIMAL.replace(
+            "[unknown]",
+            "[[codes]]\ncode = \"B\"\naliases = [\"A\"]\ntarget_reached = \"no\"\ncondition = { en = \"b\", ru = \"б\" }\nread = { verdict = \"retry_with_limit\" }\nwrite = { verdict = \"retry_with_limit\" }\n[unknown]",
+        );
+        assert!(has(&errors(&dup), "codes[1]", "duplicate code or alias \"A\""));
+    }
+
+    #[test]
+    fn a_write_less_conservative_than_its_read_needs_acknowledgement() {
+        let text = MINIMAL.replace(
+            "read = { verdict = \"retry_with_limit\" }\nwrite = { verdict = \"retry_with_limit\" }\n[unknown]",
+            "read = { verdict = \"do_not_retry\" }\nwrite = { verdict = \"retry_with_limit\" }\n[unknown]",
+        );
+        assert!(has(&errors(&text), "codes[0].write.verdict", "less conservative"));
+        let ok = text.replace(
+            "write = { verdict = \"retry_with_limit\" }\n[unknown]",
+            "write = { verdict = \"retry_with_limit\", acknowledge_less_conservative = true }\n[unknown]",
+        );
+        assert!(compile_catalog("t.toml", &ok).is_ok());
+    }
+
+    #[test]
+    fn delays_must_be_positive_and_ordered() {
+        let e = errors(&MINIMAL.replace("base_ms = 100", "base_ms = 0").replace("cap_ms = 1000", "cap_ms = 0"));
+        assert!(has(&e, "backoff.base_ms", "positive"));
+        let e = errors(&MINIMAL.replace("cap_ms = 1000", "cap_ms = 10"));
+        assert!(has(&e, "backoff.cap_ms", ">= backoff.base_ms"));
+        let e = errors(&MINIMAL.replace("multiplier = 2.0", "multiplier = 0.5"));
+        assert!(has(&e, "backoff.multiplier", ">= 1"));
+    }
+
+    #[test]
+    fn schedule_codes_need_a_schedule() {
+        let e = errors(&MINIMAL.replace("target_reached = \"no\"", "target_reached = \"no\"\ndelay = \"schedule\""));
+        assert!(has(&e, "codes[0].delay", "non-empty schedule_ms"));
+    }
+
+    #[test]
+    fn every_declared_locale_needs_its_text() {
+        let e = errors(&MINIMAL.replace("condition = { en = \"a\", ru = \"а\" }", "condition = { en = \"a\" }"));
+        assert!(has(&e, "codes[0].condition.ru", "missing text"));
+    }
+
+    #[test]
+    fn unknown_words_are_refused() {
+        let e = errors(&MINIMAL.replace("write = { verdict = \"retry_with_limit\" }\n[unknown]", "write = { verdict = \"retry_maybe\" }\n[unknown]"));
+        assert!(has(&e, "codes[0].write.verdict", "unknown verdict \"retry_maybe\""));
+        let e = errors(&MINIMAL.replace("target_reached = \"no\"", "target_reached = \"no\"\ndelay = \"sometimes\""));
+        assert!(has(&e, "codes[0].delay", "unknown delay"));
+        let e = errors(&MINIMAL.replace(
+            "write = { verdict = \"retry_with_limit\" }\n[unknown]",
+            "write = { verdict = \"retry_with_limit\", side_effect = \"maybe\" }\n[unknown]",
+        ));
+        assert!(e[0].message.contains("maybe"), "{e:?}");
+    }
+
+    #[test]
+    fn fix_before_retry_names_its_transition() {
+        let e = errors(&MINIMAL.replace("read = { verdict = \"retry_with_limit\" }\nwrite = { verdict = \"retry_with_limit\" }\n[unknown]", "read = { verdict = \"fix_before_retry\" }\nwrite = { verdict = \"fix_before_retry\", required_transition = \"x\" }\n[unknown]"));
+        assert!(has(&e, "codes[0].read.required_transition", "transition"));
+    }
+
+    #[test]
+    fn every_embedded_catalog_compiles() {
+        for (file, text) in crate::core::policy::EMBEDDED {
+            if let Err(e) = compile_catalog(file, text) {
+                panic!("{file}: {e:?}");
+            }
+        }
+    }
+}

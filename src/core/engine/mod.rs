@@ -126,11 +126,17 @@ pub fn decide<'a>(policy: &'a Policy, failure: &Failure<'a>, now: UnixMillis) ->
         }
     }
 
+    // A retry that survived the steps above is safe by construction (the
+    // dependency's "unsafe" already turned it into a verification, which only
+    // a read-back or an enforced key can lift); a stop is safe to replay later
+    // only if nothing happened and the dependency agrees.
     let safe = match d.verdict {
         Verdict::RetryWithLimit => true,
         Verdict::StateVerificationRequired | Verdict::AlreadyApplied => false,
-        Verdict::FixBeforeRetry | Verdict::DoNotRetry => d.side_effect == SideEffectState::None,
-    } && upstream.is_none_or(|up| up.safe || d.verdict != Verdict::RetryWithLimit);
+        Verdict::FixBeforeRetry | Verdict::DoNotRetry => {
+            d.side_effect == SideEffectState::None && upstream.is_none_or(|up| up.safe)
+        }
+    };
 
     Ok(Decision {
         verdict: d.verdict,
@@ -306,3 +312,14 @@ fn delay(catalog: &Catalog, entry: &CodeEntry, attempt: u32, retry_after: Option
         _ => (lo, hi, strategy),
     }
 }
+
+#[cfg(test)]
+mod matrix_tests;
+#[cfg(test)]
+mod oracle_tests;
+#[cfg(test)]
+mod property_tests;
+#[cfg(test)]
+mod rule_tests;
+#[cfg(test)]
+mod alloc_tests;

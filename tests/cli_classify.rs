@@ -1,0 +1,81 @@
+//! `retryd classify` as a person or a script runs it: the real binary.
+
+use std::process::{Command, Output};
+
+fn classify(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_retryd"))
+        .arg("classify")
+        .args(["--now", "2026-08-08T12:00:00Z"])
+        .args(args)
+        .output()
+        .expect("run retryd")
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = classify(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn json_format_prints_the_whole_decision_in_lowercase_words() {
+    let d = json(&["--code", "BITRIX_TIMEOUT", "--operation", "write", "--request-id", "r-1", "--format", "json"]);
+    assert_eq!(d["verdict"], "state_verification_required");
+    assert_eq!(d["target_reached"], "yes");
+    assert_eq!(d["operation"], "write");
+    assert_eq!(d["rule"], "vibecode/BITRIX_TIMEOUT/write");
+    assert_eq!(d["request_id"], "r-1");
+    assert_eq!(d["retry"]["side_effect_state"], "possible");
+    assert_eq!(d["retry"]["reconciliation_action"], "read_back_by_business_key");
+    assert_eq!(d["retry"]["safe"], false);
+    for key in ["catalog", "code", "known_code", "operation_inferred", "reason", "policy_version", "required_transition", "scope", "terminal_state", "warnings"] {
+        assert!(d.get(key).is_some(), "missing {key}");
+    }
+}
+
+#[test]
+fn asc_format_is_exactly_the_seed_contract_shape() {
+    let d = json(&[
+        "--code", "QUEUE_OVERFLOW", "--operation", "read", "--attempt", "2", "--retry-after", "2",
+        "--deadline", "2026-08-08T12:05:00Z", "--format", "asc",
+    ]);
+    let retry = d["retry"].as_object().expect("retry object");
+    let keys: Vec<&str> = retry.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        ["retryable", "safe", "after_ms", "strategy", "attempt", "max_attempts", "deadline", "idempotency_key", "side_effect_state", "reconciliation_action"]
+    );
+    assert_eq!(d.as_object().unwrap().len(), 1);
+    assert_eq!(retry["strategy"], "retry_after");
+    assert_eq!(retry["after_ms"], 2000);
+    assert_eq!(retry["deadline"], "2026-08-08T12:05:00Z");
+    assert!(retry["idempotency_key"].is_null() && retry["reconciliation_action"].is_null());
+}
+
+#[test]
+fn text_format_is_for_people_and_localized() {
+    let out = classify(&["--code", "TOKEN_REFRESH_FAILED", "--locale", "ru"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("verdict:      fix_before_retry"), "{text}");
+    assert!(text.contains("authorization_restored"), "{text}");
+    assert!(text.contains("авторизац"), "{text}");
+}
+
+#[test]
+fn bad_flags_exit_2_with_a_clear_message() {
+    for (args, words) in [
+        (&["--operation", "delete"][..], "invalid value 'delete'"),
+        (&["--deadline", "tomorrow"][..], "RFC 3339"),
+        (&["--attempt", "-1"][..], "unexpected argument"),
+        (&["--catalog", "nope"][..], "catalogs: vibecode, asc, frontspin"),
+    ] {
+        let out = classify(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(words), "{args:?}: {err}");
+    }
+    let long = "k".repeat(300);
+    let out = classify(&["--idempotency-key", &long]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--idempotency-key: is 300 bytes; the limit is 256"));
+}
