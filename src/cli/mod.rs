@@ -1,6 +1,7 @@
 //! The command line: `retryd classify`, `retryd serve`, `retryd health`.
 
 pub mod classify;
+pub mod policy;
 
 use std::process::ExitCode;
 
@@ -24,6 +25,9 @@ pub enum Command {
     Serve(crate::server::ServeArgs),
     /// Probe a running server's health (grpc_health_probe's exit codes).
     Health(crate::server::HealthArgs),
+    /// Validate catalog files or print a catalog's decision matrix.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -32,5 +36,6 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Classify(args) => classify::run(&args),
         Command::Serve(args) => crate::server::serve_main(args),
         Command::Health(args) => crate::server::health_main(args),
+        Command::Policy(cmd) => policy::run(&cmd),
     }
 }

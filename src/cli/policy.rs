@@ -1,0 +1,182 @@
+//! `retryd policy check` and `retryd policy matrix`: catalogs as data that
+//! operators can validate in their own CI and read as a table.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use crate::core::catalog::{Catalog, compile_catalog};
+use crate::core::{Locale, Policy, TargetReached, Verdict};
+
+/// `retryd policy …`
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate catalog files: exit 0, or print every error and exit 1.
+    Check(CheckArgs),
+    /// Print a catalog's decision matrix as a Markdown table.
+    Matrix(MatrixArgs),
+}
+
+/// Flags of `retryd policy check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Catalog files (`.toml`) or directories of them.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+}
+
+/// Flags of `retryd policy matrix`.
+#[derive(Debug, Args)]
+pub struct MatrixArgs {
+    /// The catalog (default: vibecode).
+    #[arg(long, default_value = "vibecode")]
+    pub catalog: String,
+    /// Language of the conditions: en or ru.
+    #[arg(long, default_value = "en")]
+    pub locale: String,
+}
+
+/// Runs a `policy` subcommand.
+pub fn run(cmd: &PolicyCommand) -> ExitCode {
+    match cmd {
+        PolicyCommand::Check(args) => check(&args.paths),
+        PolicyCommand::Matrix(args) => matrix_command(args),
+    }
+}
+
+fn check(paths: &[PathBuf]) -> ExitCode {
+    let mut files = Vec::new();
+    let mut failed = false;
+    for path in paths {
+        if let Err(e) = collect(path, &mut files) {
+            eprintln!("{}: {e}", path.display());
+            failed = true;
+        }
+    }
+    let mut checked = 0;
+    for file in &files {
+        let name = file.display().to_string();
+        match std::fs::read_to_string(file) {
+            Ok(text) => match compile_catalog(&name, &text) {
+                Ok(_) => checked += 1,
+                Err(errors) => {
+                    failed = true;
+                    for e in errors {
+                        eprintln!("{e}");
+                    }
+                }
+            },
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        println!("{checked} catalog file(s) OK");
+        ExitCode::SUCCESS
+    }
+}
+
+/// A file, or the `.toml` files of a directory (sorted, not recursive).
+fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    if path.is_dir() {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(path)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+            .collect();
+        found.sort();
+        out.extend(found);
+    } else {
+        std::fs::metadata(path)?;
+        out.push(path.to_owned());
+    }
+    Ok(())
+}
+
+fn matrix_command(args: &MatrixArgs) -> ExitCode {
+    let policy = match Policy::embedded() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("retryd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(locale) = Locale::parse(&args.locale) else {
+        eprintln!("retryd policy matrix: --locale: {:?} is not supported; use en or ru", args.locale);
+        return ExitCode::from(2);
+    };
+    match policy.catalog(&args.catalog) {
+        Some(c) => {
+            print!("{}", matrix(c, locale));
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!(
+                "retryd policy matrix: --catalog: unknown catalog {:?}; catalogs: {}",
+                args.catalog,
+                policy.catalog_names()
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The catalog's decision matrix in the seed's shape: code, did the target
+/// call reach, read, write, condition.
+pub fn matrix(c: &Catalog, locale: Locale) -> String {
+    let ru = locale == Locale::Ru;
+    let mut out = String::new();
+    let head = if ru {
+        "| Код | Дошёл ли целевой вызов | Чтение | Запись | Условие и пояснение |"
+    } else {
+        "| Code | Did the target call reach the dependency | Read | Write | Condition and explanation |"
+    };
+    let _ = writeln!(out, "{head}\n|---|---|---|---|---|");
+    let rows = c.codes().iter().map(|e| (format!("`{}`", e.code), e)).chain([
+        (if ru { "*неизвестный код*" } else { "*unknown code*" }.to_owned(), c.unknown()),
+        (if ru { "*нет конверта*" } else { "*no envelope*" }.to_owned(), c.no_envelope()),
+    ]);
+    for (code, e) in rows {
+        let aliases: String = e.aliases.iter().map(|a| format!(" (`{a}`)")).collect();
+        let _ = writeln!(
+            out,
+            "| {code}{aliases} | {} | {} | {} | {} |",
+            reached(e.target_reached, ru),
+            verdict(e.read.verdict, ru),
+            verdict(e.write.verdict, ru),
+            e.condition.get(locale).replace('|', "\\|")
+        );
+    }
+    out
+}
+
+fn reached(t: TargetReached, ru: bool) -> &'static str {
+    match (t, ru) {
+        (TargetReached::No, false) => "No",
+        (TargetReached::Yes, false) => "Yes",
+        (TargetReached::Unknown, false) => "Unknown",
+        (TargetReached::No, true) => "Нет",
+        (TargetReached::Yes, true) => "Да",
+        (TargetReached::Unknown, true) => "Неизвестно",
+    }
+}
+
+fn verdict(v: Verdict, ru: bool) -> &'static str {
+    match (v, ru) {
+        (Verdict::RetryWithLimit, false) => "Retry is safe",
+        (Verdict::StateVerificationRequired, false) => "Read back first",
+        (Verdict::FixBeforeRetry, false) => "Retry after fixing the cause",
+        (Verdict::DoNotRetry, false) => "Do not retry automatically",
+        (Verdict::AlreadyApplied, false) => "Already applied",
+        (Verdict::RetryWithLimit, true) => "Повтор безопасен",
+        (Verdict::StateVerificationRequired, true) => "Сначала перечитать",
+        (Verdict::FixBeforeRetry, true) => "Повтор после исправления причины",
+        (Verdict::DoNotRetry, true) => "Не повторять автоматически",
+        (Verdict::AlreadyApplied, true) => "Уже применено",
+    }
+}
