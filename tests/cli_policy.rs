@@ -31,7 +31,7 @@ fn readme_matrices_are_what_the_command_prints() {
 fn check_accepts_the_embedded_catalogs() {
     let out = retryd(&["policy", "check", concat!(env!("CARGO_MANIFEST_DIR"), "/policies")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("3 catalog file(s) OK"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("5 catalog file(s) OK"));
 }
 
 #[test]

@@ -12,6 +12,8 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("policies/vibecode.toml", include_str!("../../policies/vibecode.toml")),
     ("policies/asc.toml", include_str!("../../policies/asc.toml")),
     ("policies/frontspin.toml", include_str!("../../policies/frontspin.toml")),
+    ("policies/grpc.toml", include_str!("../../policies/grpc.toml")),
+    ("policies/http.toml", include_str!("../../policies/http.toml")),
 ];
 
 /// The catalog used when a failure names none.

@@ -172,6 +172,13 @@ impl Compiler<'_> {
             TargetReached::Unknown => SideEffectState::Unknown,
         };
         let write = self.rule(&format!("{key}.write"), code, "write", &s.write, write_default, &condition);
+        let mut variant = |name: &str, source: &Option<RuleSource>| {
+            source
+                .as_ref()
+                .map(|r| self.rule(&format!("{key}.{name}"), code, name, r, write_default, &condition))
+        };
+        let retried_write = variant("retried_write", &s.retried_write);
+        let write_with_retry_after = variant("write_with_retry_after", &s.write_with_retry_after);
         if rank(write.verdict) < rank(read.verdict) && !s.write.acknowledge_less_conservative {
             self.err(
                 format!("{key}.write.verdict"),
@@ -190,6 +197,8 @@ impl Compiler<'_> {
             condition,
             read,
             write,
+            retried_write,
+            write_with_retry_after,
         }
     }
 

@@ -111,14 +111,25 @@ pub struct CodeEntry {
     pub read: Rule,
     /// Rule for writes.
     pub write: Rule,
+    /// Rule for a write on a retried attempt (attempt > 1), if it differs.
+    pub retried_write: Option<Rule>,
+    /// Rule for a write that came with a Retry-After, if it differs.
+    pub write_with_retry_after: Option<Rule>,
 }
 
 impl CodeEntry {
-    /// The rule for `op` (unspecified is treated as a write).
-    pub fn rule(&self, op: Operation) -> &Rule {
+    /// The rule for `op` (unspecified is treated as a write) on attempt
+    /// `attempt`, with or without a Retry-After. A retried write's rule wins
+    /// over the Retry-After one: what the earlier attempt may have done
+    /// matters more than when to come back.
+    pub fn rule(&self, op: Operation, attempt: u32, has_retry_after: bool) -> &Rule {
         match op {
             Operation::Read => &self.read,
-            Operation::Write | Operation::Unspecified => &self.write,
+            Operation::Write | Operation::Unspecified => {
+                let retried = self.retried_write.as_ref().filter(|_| attempt > 1);
+                let deferred = self.write_with_retry_after.as_ref().filter(|_| has_retry_after);
+                retried.or(deferred).unwrap_or(&self.write)
+            }
         }
     }
 }

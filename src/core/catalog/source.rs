@@ -91,6 +91,14 @@ pub struct CodeSource {
     pub read: RuleSource,
     /// The rule for writes.
     pub write: RuleSource,
+    /// The rule for a write on a retried attempt (attempt > 1), e.g. a
+    /// conflict that the earlier attempt probably caused.
+    #[serde(default)]
+    pub retried_write: Option<RuleSource>,
+    /// The rule for a write when the dependency sent a Retry-After (e.g. an
+    /// HTTP 503 that defers processing).
+    #[serde(default)]
+    pub write_with_retry_after: Option<RuleSource>,
 }
 
 fn default_delay() -> String {

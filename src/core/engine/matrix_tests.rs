@@ -68,6 +68,64 @@ const FRONTSPIN: &[Row] = &[
     ("SOMETHING_ELSE", Unk, Retry, Verify, S::Unknown),
 ];
 
+/// gRPC status codes (AIP-194, code.proto) with unknown writes verified.
+const GRPC: &[Row] = &[
+    ("OK", Yes, Dnr, Dnr, S::None),
+    ("CANCELLED", Unk, Dnr, Dnr, S::Unknown),
+    ("UNKNOWN", Unk, Retry, Verify, S::Unknown),
+    ("INVALID_ARGUMENT", Yes, Fix, Fix, S::None),
+    ("DEADLINE_EXCEEDED", Unk, Retry, Verify, S::Unknown),
+    ("NOT_FOUND", Yes, Fix, Fix, S::None),
+    ("ALREADY_EXISTS", Yes, Fix, Fix, S::None),
+    ("PERMISSION_DENIED", Yes, Fix, Fix, S::None),
+    ("RESOURCE_EXHAUSTED", Yes, Retry, Retry, S::None),
+    ("FAILED_PRECONDITION", Yes, Fix, Fix, S::None),
+    ("ABORTED", Yes, Retry, Retry, S::None),
+    ("OUT_OF_RANGE", Yes, Fix, Fix, S::None),
+    ("UNIMPLEMENTED", Yes, Fix, Fix, S::None),
+    ("INTERNAL", Unk, Retry, Verify, S::Unknown),
+    ("UNAVAILABLE", Unk, Retry, Verify, S::Unknown),
+    ("14", Unk, Retry, Verify, S::Unknown),
+    ("4", Unk, Retry, Verify, S::Unknown),
+    ("DATA_LOSS", Yes, Dnr, Dnr, S::Unknown),
+    ("UNAUTHENTICATED", Yes, Fix, Fix, S::None),
+    ("17", Unk, Retry, Verify, S::Unknown),
+];
+
+/// HTTP status codes after RFC 9110 (first attempt, no Retry-After).
+const HTTP: &[Row] = &[
+    ("408", No, Retry, Retry, S::None),
+    ("425", No, Retry, Retry, S::None),
+    ("429", No, Retry, Retry, S::None),
+    ("500", Unk, Retry, Verify, S::Unknown),
+    ("502", Unk, Retry, Verify, S::Unknown),
+    ("503", Unk, Retry, Verify, S::Unknown),
+    ("504", Unk, Retry, Verify, S::Unknown),
+    ("409", Yes, Fix, Fix, S::None),
+    ("400", Yes, Fix, Fix, S::None),
+    ("401", Yes, Fix, Fix, S::None),
+    ("403", Yes, Fix, Fix, S::None),
+    ("404", Yes, Fix, Fix, S::None),
+    ("405", Yes, Fix, Fix, S::None),
+    ("406", Yes, Fix, Fix, S::None),
+    ("410", Yes, Fix, Fix, S::None),
+    ("411", Yes, Fix, Fix, S::None),
+    ("412", Yes, Fix, Fix, S::None),
+    ("413", Yes, Fix, Fix, S::None),
+    ("414", Yes, Fix, Fix, S::None),
+    ("415", Yes, Fix, Fix, S::None),
+    ("416", Yes, Fix, Fix, S::None),
+    ("417", Yes, Fix, Fix, S::None),
+    ("421", No, Fix, Fix, S::None),
+    ("422", Yes, Fix, Fix, S::None),
+    ("426", Yes, Fix, Fix, S::None),
+    ("428", Yes, Fix, Fix, S::None),
+    ("431", Yes, Fix, Fix, S::None),
+    ("451", Yes, Fix, Fix, S::None),
+    ("501", Yes, Fix, Fix, S::None),
+    ("599", Unk, Retry, Verify, S::Unknown),
+];
+
 fn check_catalog(catalog: &str, rows: &[Row]) {
     let p = policy();
     for &(code, reached, read, write, write_side) in rows {
@@ -133,15 +191,26 @@ fn frontspin_matrix() {
 }
 
 #[test]
+fn grpc_matrix() {
+    check_catalog("grpc", GRPC);
+}
+
+#[test]
+fn http_matrix() {
+    check_catalog("http", HTTP);
+}
+
+#[test]
 fn every_catalog_code_is_in_the_tables() {
     let p = policy();
-    for (name, rows) in [("vibecode", VIBECODE), ("asc", ASC), ("frontspin", FRONTSPIN)] {
+    for (name, rows) in [("vibecode", VIBECODE), ("asc", ASC), ("frontspin", FRONTSPIN), ("grpc", GRPC), ("http", HTTP)] {
         let catalog = p.catalog(name).unwrap();
         for entry in catalog.codes() {
             assert!(rows.iter().any(|r| r.0 == &*entry.code), "{name}/{} has no expected row", entry.code);
         }
     }
     assert_eq!(p.catalog("vibecode").unwrap().codes().len(), 16, "the seed lists 16 codes");
+    assert_eq!(p.catalog("grpc").unwrap().codes().len(), 17, "code.proto has 17 codes");
 }
 
 #[test]

@@ -47,13 +47,14 @@ pub fn decide<'a>(policy: &'a Policy, failure: &Failure<'a>, now: UnixMillis) ->
             None => (catalog.unknown(), false),
         },
     };
-    let rule = entry.rule(operation);
     let attempt = if failure.attempt == 0 {
         warnings.add(Warning::AttemptZeroReadAsOne);
         1
     } else {
         failure.attempt
     };
+    let retry_after = retry_after_ms(failure, now, &mut warnings);
+    let rule = entry.rule(operation, attempt, retry_after.is_some());
 
     let locale = match Locale::parse(failure.locale) {
         Some(l) if catalog.locales.contains(&l) => l,
@@ -101,7 +102,6 @@ pub fn decide<'a>(policy: &'a Policy, failure: &Failure<'a>, now: UnixMillis) ->
 
     let (mut after_ms, mut max_after_ms, mut strategy) = (0, 0, Strategy::None);
     if d.retrying() {
-        let retry_after = retry_after_ms(failure, now, &mut warnings);
         (after_ms, max_after_ms, strategy) = delay(catalog, entry, attempt, retry_after);
         if let Some(up) = upstream.filter(|up| up.after_ms > after_ms) {
             after_ms = up.after_ms;
@@ -323,3 +323,5 @@ mod property_tests;
 mod rule_tests;
 #[cfg(test)]
 mod alloc_tests;
+#[cfg(test)]
+mod standard_catalog_tests;

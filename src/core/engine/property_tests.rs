@@ -40,7 +40,7 @@ struct Input {
 fn codes() -> Vec<String> {
     let p = policy();
     let mut all: Vec<String> = p.catalogs().iter().flat_map(|c| c.codes().iter().map(|e| e.code.to_string())).collect();
-    all.extend(["ASC-6005".into(), "ASC-5004".into(), String::new(), "NOPE".into()]);
+    all.extend(["ASC-6005".into(), "ASC-5004".into(), "14".into(), String::new(), "NOPE".into()]);
     all
 }
 
@@ -52,7 +52,7 @@ fn input() -> impl Gen<Value = Input> {
         Just(SideEffectState::Confirmed)
     ];
     let head = (
-        prop::sample::select(vec!["", "vibecode", "asc", "frontspin"]),
+        prop::sample::select(vec!["", "vibecode", "asc", "frontspin", "grpc", "http"]),
         prop::sample::select(codes()),
         prop_oneof![Just(Operation::Unspecified), Just(Operation::Read), Just(Operation::Write)],
         prop::sample::select(vec!["", "crm.deal.add", "crm.deal.get", "x.list", "a.b.weird"]),
@@ -147,7 +147,13 @@ proptest! {
         if d.verdict == Verdict::RetryWithLimit && d.operation == Operation::Write {
             // a write is only retried when nothing happened, the catalog says a replay
             // cannot duplicate, a key deduplicates, or a read-back proved the effect absent
-            let rule = p.catalog(d.catalog).unwrap().lookup(d.code).map(|e| e.write.verdict);
+            let has_retry_after = crate::core::retry_after::parse_retry_after(&i.retry_after, NOW).is_some()
+                || i.retry_after_ms.is_some();
+            let rule = p
+                .catalog(d.catalog)
+                .unwrap()
+                .lookup(d.code)
+                .map(|e| e.rule(Operation::Write, d.retry.attempt, has_retry_after).verdict);
             prop_assert!(
                 rule == Some(Verdict::RetryWithLimit)
                     || (i.enforced && !i.key.is_empty())
