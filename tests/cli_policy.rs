@@ -45,9 +45,10 @@ fn check_prints_every_error_and_exits_1() {
     let out = retryd(&["policy", "check", dir.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("bad.toml: backoff.cap_ms"), "{err}");
+    
     assert!(err.contains("duplicate code or alias \"QUEUE_OVERFLOW\""), "{err}");
-    assert!(err.contains("typo.toml: line 2: unknown field `max_attemps`"), "{err}");
+    assert!(err.contains("typo.toml:2: document: unknown field `max_attemps`"), "{err}");
+    assert!(err.contains("bad.toml:14: backoff.cap_ms"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -3,6 +3,7 @@
 //! parses, validates and compiles them into the lookup form the engine uses.
 
 mod compile;
+mod locate;
 pub mod source;
 
 pub use compile::{CatalogError, compile_catalog};
