@@ -8,4 +8,6 @@
 
 pub mod cli;
 pub mod core;
+pub mod grpc;
+pub mod load;
 pub mod server;

@@ -19,7 +19,16 @@ fn json(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn json_format_prints_the_whole_decision_in_lowercase_words() {
-    let d = json(&["--code", "BITRIX_TIMEOUT", "--operation", "write", "--request-id", "r-1", "--format", "json"]);
+    let d = json(&[
+        "--code",
+        "BITRIX_TIMEOUT",
+        "--operation",
+        "write",
+        "--request-id",
+        "r-1",
+        "--format",
+        "json",
+    ]);
     assert_eq!(d["verdict"], "state_verification_required");
     assert_eq!(d["target_reached"], "yes");
     assert_eq!(d["operation"], "write");
@@ -28,7 +37,18 @@ fn json_format_prints_the_whole_decision_in_lowercase_words() {
     assert_eq!(d["retry"]["side_effect_state"], "possible");
     assert_eq!(d["retry"]["reconciliation_action"], "read_back_by_business_key");
     assert_eq!(d["retry"]["safe"], false);
-    for key in ["catalog", "code", "known_code", "operation_inferred", "reason", "policy_version", "required_transition", "scope", "terminal_state", "warnings"] {
+    for key in [
+        "catalog",
+        "code",
+        "known_code",
+        "operation_inferred",
+        "reason",
+        "policy_version",
+        "required_transition",
+        "scope",
+        "terminal_state",
+        "warnings",
+    ] {
         assert!(d.get(key).is_some(), "missing {key}");
     }
 }
@@ -36,14 +56,35 @@ fn json_format_prints_the_whole_decision_in_lowercase_words() {
 #[test]
 fn asc_format_is_exactly_the_seed_contract_shape() {
     let d = json(&[
-        "--code", "QUEUE_OVERFLOW", "--operation", "read", "--attempt", "2", "--retry-after", "2",
-        "--deadline", "2026-08-08T12:05:00Z", "--format", "asc",
+        "--code",
+        "QUEUE_OVERFLOW",
+        "--operation",
+        "read",
+        "--attempt",
+        "2",
+        "--retry-after",
+        "2",
+        "--deadline",
+        "2026-08-08T12:05:00Z",
+        "--format",
+        "asc",
     ]);
     let retry = d["retry"].as_object().expect("retry object");
     let keys: Vec<&str> = retry.keys().map(String::as_str).collect();
     assert_eq!(
         keys,
-        ["retryable", "safe", "after_ms", "strategy", "attempt", "max_attempts", "deadline", "idempotency_key", "side_effect_state", "reconciliation_action"]
+        [
+            "retryable",
+            "safe",
+            "after_ms",
+            "strategy",
+            "attempt",
+            "max_attempts",
+            "deadline",
+            "idempotency_key",
+            "side_effect_state",
+            "reconciliation_action"
+        ]
     );
     assert_eq!(d.as_object().unwrap().len(), 1);
     assert_eq!(retry["strategy"], "retry_after");

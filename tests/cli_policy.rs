@@ -4,7 +4,10 @@
 use std::process::Command;
 
 fn retryd(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_retryd")).args(args).output().expect("run retryd")
+    Command::new(env!("CARGO_BIN_EXE_retryd"))
+        .args(args)
+        .output()
+        .expect("run retryd")
 }
 
 #[test]
@@ -39,15 +42,20 @@ fn check_prints_every_error_and_exits_1() {
     let dir = std::env::temp_dir().join(format!("retryd-policy-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let good = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/policies/vibecode.toml")).unwrap();
-    let bad = good.replace("cap_ms = 60000", "cap_ms = 10").replace("code = \"QUEUE_TIMEOUT\"", "code = \"QUEUE_OVERFLOW\"");
+    let bad = good
+        .replace("cap_ms = 60000", "cap_ms = 10")
+        .replace("code = \"QUEUE_TIMEOUT\"", "code = \"QUEUE_OVERFLOW\"");
     std::fs::write(dir.join("bad.toml"), bad).unwrap();
     std::fs::write(dir.join("typo.toml"), "name = \"x\"\nmax_attemps = 3\n").unwrap();
     let out = retryd(&["policy", "check", dir.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    
+
     assert!(err.contains("duplicate code or alias \"QUEUE_OVERFLOW\""), "{err}");
-    assert!(err.contains("typo.toml:2: document: unknown field `max_attemps`"), "{err}");
+    assert!(
+        err.contains("typo.toml:2: document: unknown field `max_attemps`"),
+        "{err}"
+    );
     assert!(err.contains("bad.toml:14: backoff.cap_ms"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -203,13 +203,23 @@ fn text(d: &Decision<'_>) -> String {
         d.catalog,
         if d.code.is_empty() { "<no envelope>" } else { d.code },
         if d.known_code { "known" } else { "unknown" },
-        if d.operation_inferred { ", operation inferred" } else { "" }
+        if d.operation_inferred {
+            ", operation inferred"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(out, "operation:    {}", word(&d.operation));
     let _ = writeln!(out, "reached:      {}", word(&d.target_reached));
     let _ = writeln!(out, "retryable:    {}   safe: {}", r.retryable, r.safe);
     if r.retryable {
-        let _ = writeln!(out, "wait:         {}–{} ms ({})", r.after_ms, r.max_after_ms, word(&r.strategy));
+        let _ = writeln!(
+            out,
+            "wait:         {}–{} ms ({})",
+            r.after_ms,
+            r.max_after_ms,
+            word(&r.strategy)
+        );
     }
     let _ = writeln!(out, "attempt:      {} of {}", r.attempt, r.max_attempts);
     if let Some(dl) = r.deadline {

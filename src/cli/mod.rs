@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Decide one failure locally and print the decision.
-    Classify(classify::ClassifyArgs),
+    Classify(Box<classify::ClassifyArgs>),
     /// Run the gRPC service.
     Serve(crate::server::ServeArgs),
     /// Probe a running server's health (grpc_health_probe's exit codes).

@@ -2,13 +2,14 @@
 //! operators can validate in their own CI and read as a table.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
 use crate::core::catalog::{Catalog, compile_catalog};
 use crate::core::{Locale, Policy, TargetReached, Verdict};
+use crate::load;
 
 /// `retryd policy …`
 #[derive(Debug, Subcommand)]
@@ -47,55 +48,33 @@ pub fn run(cmd: &PolicyCommand) -> ExitCode {
 }
 
 fn check(paths: &[PathBuf]) -> ExitCode {
-    let mut files = Vec::new();
-    let mut failed = false;
-    for path in paths {
-        if let Err(e) = collect(path, &mut files) {
-            eprintln!("{}: {e}", path.display());
-            failed = true;
+    let files = match load::catalog_files(paths) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
         }
-    }
-    let mut checked = 0;
+    };
+    let mut failed = false;
     for file in &files {
         let name = file.display().to_string();
-        match std::fs::read_to_string(file) {
-            Ok(text) => match compile_catalog(&name, &text) {
-                Ok(_) => checked += 1,
-                Err(errors) => {
-                    failed = true;
-                    for e in errors {
-                        eprintln!("{e}");
-                    }
-                }
-            },
-            Err(e) => {
-                eprintln!("{name}: {e}");
-                failed = true;
+        let result = std::fs::read_to_string(file)
+            .map_err(|e| vec![format!("{name}: {e}")])
+            .and_then(|text| {
+                compile_catalog(&name, &text).map_err(|errors| errors.iter().map(ToString::to_string).collect())
+            });
+        if let Err(errors) = result {
+            failed = true;
+            for e in errors {
+                eprintln!("{e}");
             }
         }
     }
     if failed {
-        ExitCode::FAILURE
-    } else {
-        println!("{checked} catalog file(s) OK");
-        ExitCode::SUCCESS
+        return ExitCode::FAILURE;
     }
-}
-
-/// A file, or the `.toml` files of a directory (sorted, not recursive).
-fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    if path.is_dir() {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(path)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
-            .collect();
-        found.sort();
-        out.extend(found);
-    } else {
-        std::fs::metadata(path)?;
-        out.push(path.to_owned());
-    }
-    Ok(())
+    println!("{} catalog file(s) OK", files.len());
+    ExitCode::SUCCESS
 }
 
 fn matrix_command(args: &MatrixArgs) -> ExitCode {
@@ -107,7 +86,10 @@ fn matrix_command(args: &MatrixArgs) -> ExitCode {
         }
     };
     let Some(locale) = Locale::parse(&args.locale) else {
-        eprintln!("retryd policy matrix: --locale: {:?} is not supported; use en or ru", args.locale);
+        eprintln!(
+            "retryd policy matrix: --locale: {:?} is not supported; use en or ru",
+            args.locale
+        );
         return ExitCode::from(2);
     };
     match policy.catalog(&args.catalog) {
@@ -138,8 +120,24 @@ pub fn matrix(c: &Catalog, locale: Locale) -> String {
     };
     let _ = writeln!(out, "{head}\n|---|---|---|---|---|");
     let rows = c.codes().iter().map(|e| (format!("`{}`", e.code), e)).chain([
-        (if ru { "*неизвестный код*" } else { "*unknown code*" }.to_owned(), c.unknown()),
-        (if ru { "*нет конверта*" } else { "*no envelope*" }.to_owned(), c.no_envelope()),
+        (
+            if ru {
+                "*неизвестный код*"
+            } else {
+                "*unknown code*"
+            }
+            .to_owned(),
+            c.unknown(),
+        ),
+        (
+            if ru {
+                "*нет конверта*"
+            } else {
+                "*no envelope*"
+            }
+            .to_owned(),
+            c.no_envelope(),
+        ),
     ]);
     for (code, e) in rows {
         let aliases: String = e.aliases.iter().map(|a| format!(" (`{a}`)")).collect();

@@ -67,11 +67,20 @@ mod tests {
     #[test]
     fn names_the_first_field_over_its_limit() {
         let long = "k".repeat(MAX_IDEMPOTENCY_KEY + 1);
-        let f = Failure { idempotency_key: &long, ..Failure::default() };
+        let f = Failure {
+            idempotency_key: &long,
+            ..Failure::default()
+        };
         let v = check(&f).unwrap_err();
         assert_eq!(v.field, "idempotency_key");
         assert!(v.description.contains("limit is 256"), "{}", v.description);
         let at_limit = "k".repeat(MAX_IDEMPOTENCY_KEY);
-        assert!(check(&Failure { idempotency_key: &at_limit, ..Failure::default() }).is_ok());
+        assert!(
+            check(&Failure {
+                idempotency_key: &at_limit,
+                ..Failure::default()
+            })
+            .is_ok()
+        );
     }
 }

@@ -80,8 +80,7 @@ impl Policy {
         if !errors.is_empty() {
             return Err(PolicyError::Invalid(errors));
         }
-        let by_name: HashMap<Box<str>, usize> =
-            catalogs.iter().enumerate().map(|(i, c)| (c.name.clone(), i)).collect();
+        let by_name: HashMap<Box<str>, usize> = catalogs.iter().enumerate().map(|(i, c)| (c.name.clone(), i)).collect();
         let Some(&default) = by_name.get(default_catalog) else {
             return Err(PolicyError::UnknownDefault {
                 name: default_catalog.to_owned(),
@@ -99,7 +98,12 @@ impl Policy {
         }
         let digest = h.finalize();
         let version = digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>();
-        Ok(Policy { catalogs, by_name, default, version: format!("sha256:{version}").into() })
+        Ok(Policy {
+            catalogs,
+            by_name,
+            default,
+            version: format!("sha256:{version}").into(),
+        })
     }
 
     /// The catalog named `name`.

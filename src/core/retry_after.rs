@@ -47,7 +47,16 @@ mod tests {
 
     #[test]
     fn garbage_is_none() {
-        for raw in ["", "-1", "1e9", "1.5", "tomorrow", "+5", "5s", "Sat, 99 Aug 2026 12:00:00 GMT"] {
+        for raw in [
+            "",
+            "-1",
+            "1e9",
+            "1.5",
+            "tomorrow",
+            "+5",
+            "5s",
+            "Sat, 99 Aug 2026 12:00:00 GMT",
+        ] {
             assert_eq!(parse_retry_after(raw, NOW), None, "{raw:?}");
         }
     }

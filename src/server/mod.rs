@@ -1,23 +1,82 @@
-//! Server assembly (owned by the gRPC work): placeholder until it lands.
+//! `retryd serve` and `retryd health`: the gRPC server around the decision
+//! core, and a built-in health probe.
+//!
+//! - [`config`]: flags (each with a `RETRYD_*` environment twin);
+//! - [`mod@run`]: assembly; [`BoundServer`] / [`run()`] are the library entry
+//!   points tests use in-process;
+//! - [`metrics`], [`mod@panic`], [`message_limit`], [`logging`], [`shutdown`]:
+//!   the plumbing;
+//! - [`health_probe`]: `retryd health`.
+//!
+//! Exit codes of `retryd serve`: 0 after a graceful stop (SIGTERM/SIGINT),
+//! 1 when the server cannot start or fails (e.g. the address is in use),
+//! 2 for a bad configuration (unknown default catalog, invalid log filter;
+//! clap's own usage errors also exit 2).
+
+pub mod config;
+pub mod health_probe;
+pub mod logging;
+pub mod message_limit;
+pub mod metrics;
+pub mod panic;
+pub mod run;
+pub mod shutdown;
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Flags of `retryd serve`.
-#[derive(Debug, clap::Args)]
-pub struct ServeArgs {}
+use arc_swap::ArcSwap;
 
-/// Flags of `retryd health`.
-#[derive(Debug, clap::Args)]
-pub struct HealthArgs {}
+pub use config::{HealthArgs, LogFormat, MetricsListen, ServeArgs};
+pub use health_probe::health_main;
+pub use run::{BoundServer, ServerConfig, ServerError, run};
 
-/// Runs the server.
-pub fn serve_main(_args: ServeArgs) -> ExitCode {
-    eprintln!("retryd serve: not built yet");
-    ExitCode::from(2)
-}
+use crate::core::Policy;
+use crate::core::policy::EMBEDDED;
 
-/// Probes health.
-pub fn health_main(_args: HealthArgs) -> ExitCode {
-    eprintln!("retryd health: not built yet");
-    ExitCode::from(2)
+/// Exit code: a bad configuration.
+pub const EXIT_CONFIG: u8 = 2;
+/// Exit code: the server could not start or failed.
+pub const EXIT_FAILED: u8 = 1;
+
+/// Runs `retryd serve` and returns its exit code.
+pub fn serve_main(args: ServeArgs) -> ExitCode {
+    if let Err(e) = logging::init(args.log_format, &args.log_level) {
+        eprintln!("retryd serve: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    logging::log_panics();
+    let policy = match Policy::from_sources(EMBEDDED.iter().copied(), &args.default_catalog) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!("--default-catalog: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        policy_version = policy.version(),
+        catalogs = %policy.catalog_names(),
+        default_catalog = %args.default_catalog,
+        "policy loaded"
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let config = ServerConfig::from_args(&args);
+    let result = runtime.block_on(run(config, Arc::new(ArcSwap::from_pointee(policy)), shutdown::signal()));
+    // Calls abandoned after the grace period must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::source::{CatalogSource, CodeSource, RuleSource, TextSource};
 use super::locate::{line_of, line_of_key};
+use super::source::{CatalogSource, CodeSource, RuleSource, TextSource};
 use super::{Backoff, Catalog, CodeEntry, DelayKind, LocalText, Rule};
 use crate::core::model::{Locale, SideEffectState, TargetReached, TerminalState, Verdict};
 
@@ -32,7 +32,12 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
             message: e.message().to_owned(),
         }]
     })?;
-    let mut c = Compiler { file, errors: Vec::new(), locales: Vec::new(), name: source.name.clone() };
+    let mut c = Compiler {
+        file,
+        errors: Vec::new(),
+        locales: Vec::new(),
+        name: source.name.clone(),
+    };
     let catalog = c.catalog(source);
     if c.errors.is_empty() {
         return Ok(catalog);
@@ -52,18 +57,31 @@ struct Compiler<'f> {
 
 impl Compiler<'_> {
     fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(CatalogError { file: self.file.to_owned(), line: None, key: key.into(), message: message.into() });
+        self.errors.push(CatalogError {
+            file: self.file.to_owned(),
+            line: None,
+            key: key.into(),
+            message: message.into(),
+        });
     }
 
     fn catalog(&mut self, s: CatalogSource) -> Catalog {
-        if s.name.is_empty() || !s.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        if s.name.is_empty()
+            || !s
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
             self.err("name", "must be non-empty ASCII letters, digits, '_' or '-'");
         }
         for (i, tag) in s.locales.iter().enumerate() {
             match Locale::from_tag(tag) {
                 Some(l) if !self.locales.contains(&l) => self.locales.push(l),
                 Some(_) => self.err(format!("locales[{i}]"), format!("duplicate locale {tag:?}")),
-                None => self.err(format!("locales[{i}]"), format!("unsupported locale {tag:?}; supported: en, ru")),
+                None => self.err(
+                    format!("locales[{i}]"),
+                    format!("unsupported locale {tag:?}; supported: en, ru"),
+                ),
             }
         }
         if !self.locales.contains(&Locale::En) {
@@ -77,7 +95,10 @@ impl Compiler<'_> {
             self.err("backoff.base_ms", "must be positive");
         }
         if b.cap_ms < b.base_ms {
-            self.err("backoff.cap_ms", format!("must be >= backoff.base_ms ({} > {})", b.base_ms, b.cap_ms));
+            self.err(
+                "backoff.cap_ms",
+                format!("must be >= backoff.base_ms ({} > {})", b.base_ms, b.cap_ms),
+            );
         }
         if !(b.multiplier.is_finite() && b.multiplier >= 1.0) {
             self.err("backoff.multiplier", "must be a finite number >= 1");
@@ -91,7 +112,10 @@ impl Compiler<'_> {
             None => None,
             Some("FAILED_PERMANENT") => Some(TerminalState::FailedPermanent),
             Some(other) => {
-                self.err("exhausted_terminal_state", format!("unknown state {other:?}; known: FAILED_PERMANENT"));
+                self.err(
+                    "exhausted_terminal_state",
+                    format!("unknown state {other:?}; known: FAILED_PERMANENT"),
+                );
                 None
             }
         };
@@ -116,7 +140,10 @@ impl Compiler<'_> {
             };
             for spelling in std::iter::once(&name).chain(code.aliases.iter()) {
                 if index.insert(spelling.clone().into_boxed_str(), codes.len()).is_some() {
-                    self.err(&key, format!("duplicate code or alias {spelling:?} (codes are case-sensitive)"));
+                    self.err(
+                        &key,
+                        format!("duplicate code or alias {spelling:?} (codes are case-sensitive)"),
+                    );
                 }
             }
             let uses_schedule = code.delay == "schedule";
@@ -134,7 +161,11 @@ impl Compiler<'_> {
             description: s.description.into(),
             locales: self.locales.clone(),
             max_attempts: s.max_attempts,
-            backoff: Backoff { base_ms: b.base_ms, multiplier: b.multiplier, cap_ms: b.cap_ms },
+            backoff: Backoff {
+                base_ms: b.base_ms,
+                multiplier: b.multiplier,
+                cap_ms: b.cap_ms,
+            },
             schedule_ms: s.schedule_ms.into(),
             exhausted_terminal_state: terminal,
             read_words,
@@ -171,13 +202,27 @@ impl Compiler<'_> {
             }
         };
         let condition = self.text(&format!("{key}.condition"), &s.condition);
-        let read = self.rule(&format!("{key}.read"), code, "read", &s.read, SideEffectState::None, &condition);
+        let read = self.rule(
+            &format!("{key}.read"),
+            code,
+            "read",
+            &s.read,
+            SideEffectState::None,
+            &condition,
+        );
         let write_default = match s.target_reached {
             TargetReached::No => SideEffectState::None,
             TargetReached::Yes => SideEffectState::Possible,
             TargetReached::Unknown => SideEffectState::Unknown,
         };
-        let write = self.rule(&format!("{key}.write"), code, "write", &s.write, write_default, &condition);
+        let write = self.rule(
+            &format!("{key}.write"),
+            code,
+            "write",
+            &s.write,
+            write_default,
+            &condition,
+        );
         let mut variant = |name: &str, source: &Option<RuleSource>| {
             source
                 .as_ref()
@@ -231,11 +276,17 @@ impl Compiler<'_> {
             }
         };
         if verdict == Verdict::FixBeforeRetry && s.required_transition.is_none() {
-            self.err(format!("{key}.required_transition"), "fix_before_retry needs the transition it waits for");
+            self.err(
+                format!("{key}.required_transition"),
+                "fix_before_retry needs the transition it waits for",
+            );
         }
         let side_effect = s.side_effect.unwrap_or(default_side_effect);
         if side_effect == SideEffectState::Confirmed {
-            self.err(format!("{key}.side_effect"), "\"confirmed\" is only known from a read-back, not from a code");
+            self.err(
+                format!("{key}.side_effect"),
+                "\"confirmed\" is only known from a read-back, not from a code",
+            );
         }
         let reason = match &s.reason {
             Some(t) => self.text(&format!("{key}.reason"), t),
@@ -350,7 +401,11 @@ write = { verdict = "state_verification_required" }
         let e = errors(&dup);
         assert!(has(&e, "codes[1]", "duplicate code or alias \"A\""));
         assert_eq!(e[0].line, Some(19), "{e:?}");
-        assert!(e[0].to_string().starts_with("t.toml:19: codes[1]: duplicate"), "{}", e[0]);
+        assert!(
+            e[0].to_string().starts_with("t.toml:19: codes[1]: duplicate"),
+            "{}",
+            e[0]
+        );
     }
 
     #[test]
@@ -369,7 +424,11 @@ write = { verdict = "state_verification_required" }
 
     #[test]
     fn delays_must_be_positive_and_ordered() {
-        let e = errors(&MINIMAL.replace("base_ms = 100", "base_ms = 0").replace("cap_ms = 1000", "cap_ms = 0"));
+        let e = errors(
+            &MINIMAL
+                .replace("base_ms = 100", "base_ms = 0")
+                .replace("cap_ms = 1000", "cap_ms = 0"),
+        );
         assert!(has(&e, "backoff.base_ms", "positive"));
         let e = errors(&MINIMAL.replace("cap_ms = 1000", "cap_ms = 10"));
         assert!(has(&e, "backoff.cap_ms", ">= backoff.base_ms"));
@@ -379,7 +438,10 @@ write = { verdict = "state_verification_required" }
 
     #[test]
     fn schedule_codes_need_a_schedule() {
-        let e = errors(&MINIMAL.replace("target_reached = \"no\"", "target_reached = \"no\"\ndelay = \"schedule\""));
+        let e = errors(&MINIMAL.replace(
+            "target_reached = \"no\"",
+            "target_reached = \"no\"\ndelay = \"schedule\"",
+        ));
         assert!(has(&e, "codes[0].delay", "non-empty schedule_ms"));
     }
 
@@ -391,9 +453,15 @@ write = { verdict = "state_verification_required" }
 
     #[test]
     fn unknown_words_are_refused() {
-        let e = errors(&MINIMAL.replace("write = { verdict = \"retry_with_limit\" }\n[unknown]", "write = { verdict = \"retry_maybe\" }\n[unknown]"));
+        let e = errors(&MINIMAL.replace(
+            "write = { verdict = \"retry_with_limit\" }\n[unknown]",
+            "write = { verdict = \"retry_maybe\" }\n[unknown]",
+        ));
         assert!(has(&e, "codes[0].write.verdict", "unknown verdict \"retry_maybe\""));
-        let e = errors(&MINIMAL.replace("target_reached = \"no\"", "target_reached = \"no\"\ndelay = \"sometimes\""));
+        let e = errors(&MINIMAL.replace(
+            "target_reached = \"no\"",
+            "target_reached = \"no\"\ndelay = \"sometimes\"",
+        ));
         assert!(has(&e, "codes[0].delay", "unknown delay"));
         let e = errors(&MINIMAL.replace(
             "write = { verdict = \"retry_with_limit\" }\n[unknown]",

@@ -239,7 +239,11 @@ mod tests {
 
     #[test]
     fn backoff_window_is_bounded_and_never_overflows() {
-        let b = Backoff { base_ms: 1000, multiplier: 2.0, cap_ms: 30_000 };
+        let b = Backoff {
+            base_ms: 1000,
+            multiplier: 2.0,
+            cap_ms: 30_000,
+        };
         assert_eq!(b.window(1), (500, 1000));
         assert_eq!(b.window(3), (2000, 4000));
         assert_eq!(b.window(10), (15_000, 30_000));

@@ -1,5 +1,5 @@
 //! The TOML shape of a catalog file, exactly as written under `policies/`.
-//! Unknown keys are refused; meaning is checked in [`super::compile`].
+//! Unknown keys are refused; meaning is checked by [`super::compile_catalog`].
 
 use std::collections::BTreeMap;
 

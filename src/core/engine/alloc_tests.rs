@@ -24,19 +24,60 @@ fn deciding_allocates_nothing() {
         reconciliation_action: None,
     };
     let failures = [
-        Failure { code: "BITRIX_TIMEOUT", operation: Operation::Write, ..Failure::default() },
-        Failure { code: "QUEUE_OVERFLOW", method: "crm.deal.add", retry_after: "12", ..Failure::default() },
-        Failure { code: "RATE_LIMITED", retry_after: "Sat, 08 Aug 2026 12:02:00 GMT", locale: "ru", ..Failure::default() },
-        Failure { code: "NOPE", retry_after: "garbage", attempt: 9, max_attempts: 3, ..Failure::default() },
-        Failure { code: "", idempotency_key: "k", idempotency_key_enforced: true, ..Failure::default() },
-        Failure { catalog: "asc", code: "ASC-6005", upstream: Some(up), ..Failure::default() },
-        Failure { catalog: "frontspin", code: "TIMEOUT", attempt: 5, tenant: "t", ..Failure::default() },
-        Failure { code: "DB_TRANSIENT", read_back: ReadBack::Inconclusive, deadline: Some(NOW), ..Failure::default() },
+        Failure {
+            code: "BITRIX_TIMEOUT",
+            operation: Operation::Write,
+            ..Failure::default()
+        },
+        Failure {
+            code: "QUEUE_OVERFLOW",
+            method: "crm.deal.add",
+            retry_after: "12",
+            ..Failure::default()
+        },
+        Failure {
+            code: "RATE_LIMITED",
+            retry_after: "Sat, 08 Aug 2026 12:02:00 GMT",
+            locale: "ru",
+            ..Failure::default()
+        },
+        Failure {
+            code: "NOPE",
+            retry_after: "garbage",
+            attempt: 9,
+            max_attempts: 3,
+            ..Failure::default()
+        },
+        Failure {
+            code: "",
+            idempotency_key: "k",
+            idempotency_key_enforced: true,
+            ..Failure::default()
+        },
+        Failure {
+            catalog: "asc",
+            code: "ASC-6005",
+            upstream: Some(up),
+            ..Failure::default()
+        },
+        Failure {
+            catalog: "frontspin",
+            code: "TIMEOUT",
+            attempt: 5,
+            tenant: "t",
+            ..Failure::default()
+        },
+        Failure {
+            code: "DB_TRANSIENT",
+            read_back: ReadBack::Inconclusive,
+            deadline: Some(NOW),
+            ..Failure::default()
+        },
     ];
     let mut verdicts = 0usize;
     let info = allocation_counter::measure(|| {
         for f in &failures {
-            let d = decide(&p, f, NOW).unwrap();
+            let d = decide(p, f, NOW).unwrap();
             verdicts += d.verdict as usize + d.retry.after_ms as usize % 7;
             let _ = crate::core::limits::check(f);
         }

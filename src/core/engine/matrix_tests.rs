@@ -130,8 +130,13 @@ fn check_catalog(catalog: &str, rows: &[Row]) {
     let p = policy();
     for &(code, reached, read, write, write_side) in rows {
         for (op, verdict, side) in [(Operation::Read, read, S::None), (Operation::Write, write, write_side)] {
-            let f = Failure { catalog, code, operation: op, ..Failure::default() };
-            let d = decide(&p, &f, NOW).unwrap();
+            let f = Failure {
+                catalog,
+                code,
+                operation: op,
+                ..Failure::default()
+            };
+            let d = decide(p, &f, NOW).unwrap();
             let at = format!("{catalog}/{code}/{op:?}");
             assert_eq!(d.verdict, verdict, "{at}: verdict");
             assert_eq!(d.target_reached, reached, "{at}: target_reached");
@@ -151,7 +156,10 @@ pub(super) fn assert_contract_consistent(d: &Decision<'_>, at: &str) {
     let r = &d.retry;
     match d.verdict {
         Verdict::RetryWithLimit => {
-            assert!(r.retryable && r.safe, "{at}: retry_with_limit must be retryable and safe");
+            assert!(
+                r.retryable && r.safe,
+                "{at}: retry_with_limit must be retryable and safe"
+            );
             assert!(r.after_ms <= r.max_after_ms, "{at}: jitter window");
             assert_ne!(r.strategy, Strategy::None, "{at}: a retry has a strategy");
         }
@@ -170,7 +178,11 @@ pub(super) fn assert_contract_consistent(d: &Decision<'_>, at: &str) {
         Verdict::DoNotRetry => assert!(!r.retryable, "{at}"),
     }
     if !r.retryable {
-        assert_eq!((r.after_ms, r.max_after_ms, r.strategy), (0, 0, Strategy::None), "{at}: no wait without retry");
+        assert_eq!(
+            (r.after_ms, r.max_after_ms, r.strategy),
+            (0, 0, Strategy::None),
+            "{at}: no wait without retry"
+        );
     }
     assert!(r.attempt >= 1 && r.max_attempts >= 1, "{at}");
 }
@@ -203,13 +215,27 @@ fn http_matrix() {
 #[test]
 fn every_catalog_code_is_in_the_tables() {
     let p = policy();
-    for (name, rows) in [("vibecode", VIBECODE), ("asc", ASC), ("frontspin", FRONTSPIN), ("grpc", GRPC), ("http", HTTP)] {
+    for (name, rows) in [
+        ("vibecode", VIBECODE),
+        ("asc", ASC),
+        ("frontspin", FRONTSPIN),
+        ("grpc", GRPC),
+        ("http", HTTP),
+    ] {
         let catalog = p.catalog(name).unwrap();
         for entry in catalog.codes() {
-            assert!(rows.iter().any(|r| r.0 == &*entry.code), "{name}/{} has no expected row", entry.code);
+            assert!(
+                rows.iter().any(|r| r.0 == &*entry.code),
+                "{name}/{} has no expected row",
+                entry.code
+            );
         }
     }
-    assert_eq!(p.catalog("vibecode").unwrap().codes().len(), 16, "the seed lists 16 codes");
+    assert_eq!(
+        p.catalog("vibecode").unwrap().codes().len(),
+        16,
+        "the seed lists 16 codes"
+    );
     assert_eq!(p.catalog("grpc").unwrap().codes().len(), 17, "code.proto has 17 codes");
 }
 
@@ -223,7 +249,16 @@ fn rule_ids_are_stable_and_name_code_and_operation() {
         ("", Operation::Read, "vibecode/no_envelope/read"),
     ];
     for (code, operation, rule) in cases {
-        let d = decide(&p, &Failure { code, operation, ..Failure::default() }, NOW).unwrap();
+        let d = decide(
+            p,
+            &Failure {
+                code,
+                operation,
+                ..Failure::default()
+            },
+            NOW,
+        )
+        .unwrap();
         assert_eq!(d.rule, rule);
     }
 }
@@ -231,8 +266,26 @@ fn rule_ids_are_stable_and_name_code_and_operation() {
 #[test]
 fn unknown_and_empty_codes_have_their_own_reasons() {
     let p = policy();
-    let unknown = decide(&p, &Failure { code: "X", operation: Operation::Write, ..Failure::default() }, NOW).unwrap();
-    let empty = decide(&p, &Failure { code: "", operation: Operation::Write, ..Failure::default() }, NOW).unwrap();
+    let unknown = decide(
+        p,
+        &Failure {
+            code: "X",
+            operation: Operation::Write,
+            ..Failure::default()
+        },
+        NOW,
+    )
+    .unwrap();
+    let empty = decide(
+        p,
+        &Failure {
+            code: "",
+            operation: Operation::Write,
+            ..Failure::default()
+        },
+        NOW,
+    )
+    .unwrap();
     assert!(!unknown.known_code && !empty.known_code);
     assert_eq!(unknown.code, "X");
     assert_ne!(unknown.reason, empty.reason);

@@ -209,7 +209,10 @@ impl<'a> Draft<'a> {
     }
 
     fn retrying(&self) -> bool {
-        matches!(self.verdict, Verdict::RetryWithLimit | Verdict::StateVerificationRequired)
+        matches!(
+            self.verdict,
+            Verdict::RetryWithLimit | Verdict::StateVerificationRequired
+        )
     }
 
     fn set(&mut self, verdict: Verdict, outcome: Outcome, action: Option<&'a str>) {
@@ -234,11 +237,16 @@ impl<'a> Draft<'a> {
                 up.reconciliation_action.or(Some(action::MANUAL_REVIEW)),
             );
         } else if !up.safe && self.verdict == Verdict::RetryWithLimit {
-            self.set(Verdict::StateVerificationRequired, Outcome::UpstreamUnsafe, Some(action::READ_BACK));
+            self.set(
+                Verdict::StateVerificationRequired,
+                Outcome::UpstreamUnsafe,
+                Some(action::READ_BACK),
+            );
             if self.side_effect == SideEffectState::None {
                 self.side_effect = SideEffectState::Unknown;
             }
-        } else if (up.retryable && !self.retrying()) || (up.safe && self.verdict == Verdict::StateVerificationRequired) {
+        } else if (up.retryable && !self.retrying()) || (up.safe && self.verdict == Verdict::StateVerificationRequired)
+        {
             warnings.add(Warning::UpstreamLessSafeIgnored);
         }
     }
@@ -257,7 +265,11 @@ impl<'a> Draft<'a> {
                 self.side_effect = SideEffectState::None;
             }
             _ if verifying && key_enforced && !rule.reconcile_before_retry => {
-                self.set(Verdict::RetryWithLimit, Outcome::ResendWithKey, Some(action::RESEND_WITH_KEY));
+                self.set(
+                    Verdict::RetryWithLimit,
+                    Outcome::ResendWithKey,
+                    Some(action::RESEND_WITH_KEY),
+                );
             }
             ReadBack::Inconclusive if verifying => {
                 self.set(Verdict::DoNotRetry, Outcome::CannotVerify, Some(action::MANUAL_REVIEW));
@@ -298,7 +310,9 @@ fn retry_after_ms(failure: &Failure<'_>, now: UnixMillis, warnings: &mut Warning
 fn delay(catalog: &Catalog, entry: &CodeEntry, attempt: u32, retry_after: Option<u64>) -> (u64, u64, Strategy) {
     let (lo, hi, strategy) = match entry.delay {
         DelayKind::Schedule => {
-            let i = (attempt as usize).saturating_sub(1).min(catalog.schedule_ms.len().saturating_sub(1));
+            let i = (attempt as usize)
+                .saturating_sub(1)
+                .min(catalog.schedule_ms.len().saturating_sub(1));
             let wait = catalog.schedule_ms.get(i).copied().unwrap_or(catalog.backoff.cap_ms);
             (wait, wait, Strategy::Schedule)
         }
@@ -314,6 +328,8 @@ fn delay(catalog: &Catalog, entry: &CodeEntry, attempt: u32, retry_after: Option
 }
 
 #[cfg(test)]
+mod alloc_tests;
+#[cfg(test)]
 mod matrix_tests;
 #[cfg(test)]
 mod oracle_tests;
@@ -321,7 +337,5 @@ mod oracle_tests;
 mod property_tests;
 #[cfg(test)]
 mod rule_tests;
-#[cfg(test)]
-mod alloc_tests;
 #[cfg(test)]
 mod standard_catalog_tests;

@@ -22,7 +22,11 @@ fn run_oracle(cases: &[(String, Option<&str>)]) -> Vec<String> {
     let input = serde_json::to_vec(cases).unwrap();
     child.stdin.take().unwrap().write_all(&input).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "node failed: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "node failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -32,15 +36,30 @@ fn engine_agrees_with_the_seed_classifier() {
     let catalog = p.catalog("vibecode").unwrap();
     let mut codes: Vec<String> = catalog.codes().iter().map(|e| e.code.to_string()).collect();
     codes.extend(["UNKNOWN_CODE".into(), String::new(), "bitrix_timeout".into()]);
-    let ops = [(Operation::Read, Some("read")), (Operation::Write, Some("write")), (Operation::Unspecified, None)];
-    let cases: Vec<(String, Option<&str>)> =
-        codes.iter().flat_map(|c| ops.iter().map(move |(_, js)| (c.clone(), *js))).collect();
+    let ops = [
+        (Operation::Read, Some("read")),
+        (Operation::Write, Some("write")),
+        (Operation::Unspecified, None),
+    ];
+    let cases: Vec<(String, Option<&str>)> = codes
+        .iter()
+        .flat_map(|c| ops.iter().map(move |(_, js)| (c.clone(), *js)))
+        .collect();
     let expected = run_oracle(&cases);
     assert_eq!(expected.len(), cases.len());
     let mut i = 0;
     for code in &codes {
         for (op, js) in ops {
-            let d = decide(&p, &Failure { code, operation: op, ..Failure::default() }, NOW).unwrap();
+            let d = decide(
+                p,
+                &Failure {
+                    code,
+                    operation: op,
+                    ..Failure::default()
+                },
+                NOW,
+            )
+            .unwrap();
             assert_eq!(d.verdict.as_str(), expected[i], "{code:?} × {js:?}");
             i += 1;
         }

@@ -1,7 +1,9 @@
 //! Invariants of the engine issue's rules 3–6 over arbitrary failures.
 
 use proptest::option;
-use proptest::prelude::{Just, ProptestConfig, Strategy as Gen, any, prop, prop_assert, prop_assert_eq, prop_oneof, proptest};
+use proptest::prelude::{
+    Just, ProptestConfig, Strategy as Gen, any, prop, prop_assert, prop_assert_eq, prop_oneof, proptest,
+};
 
 use super::matrix_tests::{NOW, assert_contract_consistent, policy};
 use super::*;
@@ -39,8 +41,18 @@ struct Input {
 
 fn codes() -> Vec<String> {
     let p = policy();
-    let mut all: Vec<String> = p.catalogs().iter().flat_map(|c| c.codes().iter().map(|e| e.code.to_string())).collect();
-    all.extend(["ASC-6005".into(), "ASC-5004".into(), "14".into(), String::new(), "NOPE".into()]);
+    let mut all: Vec<String> = p
+        .catalogs()
+        .iter()
+        .flat_map(|c| c.codes().iter().map(|e| e.code.to_string()))
+        .collect();
+    all.extend([
+        "ASC-6005".into(),
+        "ASC-5004".into(),
+        "14".into(),
+        String::new(),
+        "NOPE".into(),
+    ]);
     all
 }
 
@@ -54,11 +66,19 @@ fn input() -> impl Gen<Value = Input> {
     let head = (
         prop::sample::select(vec!["", "vibecode", "asc", "frontspin", "grpc", "http"]),
         prop::sample::select(codes()),
-        prop_oneof![Just(Operation::Unspecified), Just(Operation::Read), Just(Operation::Write)],
+        prop_oneof![
+            Just(Operation::Unspecified),
+            Just(Operation::Read),
+            Just(Operation::Write)
+        ],
         prop::sample::select(vec!["", "crm.deal.add", "crm.deal.get", "x.list", "a.b.weird"]),
         prop_oneof![0u32..8, Just(u32::MAX)],
         prop_oneof![0u32..8, Just(u32::MAX)],
-        prop_oneof![Just(String::new()), (0u64..100_000).prop_map(|s| s.to_string()), "[ -~]{0,12}"],
+        prop_oneof![
+            Just(String::new()),
+            (0u64..100_000).prop_map(|s| s.to_string()),
+            "[ -~]{0,12}"
+        ],
     );
     let tail = (
         option::of(0u64..10_000_000),
@@ -74,22 +94,24 @@ fn input() -> impl Gen<Value = Input> {
         any::<bool>(),
         option::of((any::<bool>(), any::<bool>(), 0u64..200_000, 0u32..6, side)),
     );
-    (head, tail).prop_map(|((catalog, code, operation, method, attempt, max_attempts, retry_after), t)| Input {
-        catalog,
-        code,
-        operation,
-        method,
-        attempt,
-        max_attempts,
-        retry_after,
-        retry_after_ms: t.0,
-        deadline_offset: t.1,
-        key: t.2,
-        enforced: t.3,
-        read_back: t.4,
-        cannot_verify: t.5,
-        upstream: t.6,
-    })
+    (head, tail).prop_map(
+        |((catalog, code, operation, method, attempt, max_attempts, retry_after), t)| Input {
+            catalog,
+            code,
+            operation,
+            method,
+            attempt,
+            max_attempts,
+            retry_after,
+            retry_after_ms: t.0,
+            deadline_offset: t.1,
+            key: t.2,
+            enforced: t.3,
+            read_back: t.4,
+            cannot_verify: t.5,
+            upstream: t.6,
+        },
+    )
 }
 
 fn failure(i: &Input) -> Failure<'_> {
@@ -109,19 +131,21 @@ fn failure(i: &Input) -> Failure<'_> {
         cannot_verify_effect: i.cannot_verify,
         request_id: "req",
         tenant: "",
-        upstream: i.upstream.map(|(retryable, safe, after_ms, max_attempts, side_effect_state)| RetryContract {
-            retryable,
-            safe,
-            after_ms,
-            max_after_ms: after_ms,
-            strategy: Strategy::RetryAfter,
-            attempt: 1,
-            max_attempts,
-            deadline: None,
-            idempotency_key: None,
-            side_effect_state,
-            reconciliation_action: None,
-        }),
+        upstream: i.upstream.map(
+            |(retryable, safe, after_ms, max_attempts, side_effect_state)| RetryContract {
+                retryable,
+                safe,
+                after_ms,
+                max_after_ms: after_ms,
+                strategy: Strategy::RetryAfter,
+                attempt: 1,
+                max_attempts,
+                deadline: None,
+                idempotency_key: None,
+                side_effect_state,
+                reconciliation_action: None,
+            },
+        ),
         locale: "en",
     }
 }
@@ -135,7 +159,7 @@ proptest! {
     fn contracts_are_consistent_and_unknown_writes_are_never_blindly_retried(i in input()) {
         let p = policy();
         let f = failure(&i);
-        let d = decide(&p, &f, NOW).unwrap();
+        let d = decide(p, &f, NOW).unwrap();
         assert_contract_consistent(&d, &format!("{i:?}"));
         if d.operation == Operation::Write
             && matches!(d.retry.side_effect_state, SideEffectState::Unknown | SideEffectState::Possible)
@@ -168,7 +192,7 @@ proptest! {
     fn retry_after_is_a_floor(i in input()) {
         let p = policy();
         let f = failure(&i);
-        let d = decide(&p, &f, NOW).unwrap();
+        let d = decide(p, &f, NOW).unwrap();
         if d.retry.retryable {
             let ra = crate::core::retry_after::parse_retry_after(&i.retry_after, NOW);
             if let Some(ra) = ra.into_iter().chain(i.retry_after_ms).max() {
@@ -185,7 +209,7 @@ proptest! {
     fn limits_and_deadlines_bound_retries(i in input()) {
         let p = policy();
         let f = failure(&i);
-        let d = decide(&p, &f, NOW).unwrap();
+        let d = decide(p, &f, NOW).unwrap();
         let catalog = p.catalog(d.catalog).unwrap();
         prop_assert!(d.retry.max_attempts <= catalog.max_attempts);
         if i.max_attempts != 0 {
@@ -204,7 +228,7 @@ proptest! {
     fn write_knowledge_decides(i in input()) {
         let p = policy();
         let f = failure(&i);
-        let d = decide(&p, &f, NOW).unwrap();
+        let d = decide(p, &f, NOW).unwrap();
         if d.operation == Operation::Write && i.read_back == ReadBack::EffectPresent {
             prop_assert_eq!(d.verdict, Verdict::AlreadyApplied);
         }

@@ -6,11 +6,19 @@ use super::*;
 use crate::core::model::{Failure, Operation, Scope};
 
 fn write(code: &'static str) -> Failure<'static> {
-    Failure { code, operation: Operation::Write, ..Failure::default() }
+    Failure {
+        code,
+        operation: Operation::Write,
+        ..Failure::default()
+    }
 }
 
 fn read(code: &'static str) -> Failure<'static> {
-    Failure { code, operation: Operation::Read, ..Failure::default() }
+    Failure {
+        code,
+        operation: Operation::Read,
+        ..Failure::default()
+    }
 }
 
 fn run<'a>(p: &'a Policy, f: Failure<'a>) -> Decision<'a> {
@@ -22,7 +30,13 @@ fn run<'a>(p: &'a Policy, f: Failure<'a>) -> Decision<'a> {
 #[test]
 fn retry_after_seconds_is_a_floor_with_jitter_above_it() {
     let p = policy();
-    let d = run(&p, Failure { retry_after: "30", ..write("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            retry_after: "30",
+            ..write("QUEUE_OVERFLOW")
+        },
+    );
     assert_eq!(d.retry.strategy, Strategy::RetryAfter);
     assert_eq!(d.retry.after_ms, 30_000);
     assert!(d.retry.max_after_ms > d.retry.after_ms);
@@ -33,7 +47,13 @@ fn strict_codes_never_wait_less_than_retry_after() {
     let p = policy();
     for code in ["TIMEOUT_QUARANTINE", "OPERATION_TIME_LIMIT"] {
         for ra in ["0", "1", "7", "3600"] {
-            let d = run(&p, Failure { retry_after: ra, ..read(code) });
+            let d = run(
+                p,
+                Failure {
+                    retry_after: ra,
+                    ..read(code)
+                },
+            );
             let ra_ms = ra.parse::<u64>().unwrap() * 1000;
             assert!(d.retry.after_ms >= ra_ms, "{code} {ra}");
         }
@@ -43,21 +63,40 @@ fn strict_codes_never_wait_less_than_retry_after() {
 #[test]
 fn retry_after_as_http_date_is_measured_against_now() {
     let p = policy();
-    let d = run(&p, Failure { retry_after: "Sat, 08 Aug 2026 12:02:00 GMT", ..read("QUEUE_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            retry_after: "Sat, 08 Aug 2026 12:02:00 GMT",
+            ..read("QUEUE_TIMEOUT")
+        },
+    );
     assert_eq!(d.retry.after_ms, 120_000);
 }
 
 #[test]
 fn pre_parsed_and_raw_retry_after_take_the_larger() {
     let p = policy();
-    let d = run(&p, Failure { retry_after: "5", retry_after_ms: Some(9_000), ..read("RATE_LIMITED") });
+    let d = run(
+        p,
+        Failure {
+            retry_after: "5",
+            retry_after_ms: Some(9_000),
+            ..read("RATE_LIMITED")
+        },
+    );
     assert_eq!(d.retry.after_ms, 9_000);
 }
 
 #[test]
 fn unparseable_retry_after_is_ignored_with_a_warning() {
     let p = policy();
-    let d = run(&p, Failure { retry_after: "tomorrow", ..read("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            retry_after: "tomorrow",
+            ..read("QUEUE_OVERFLOW")
+        },
+    );
     assert!(d.warnings.contains(Warning::RetryAfterUnparseable));
     assert_eq!(d.retry.strategy, Strategy::ExponentialBackoff);
     assert_eq!((d.retry.after_ms, d.retry.max_after_ms), (500, 1000));
@@ -66,7 +105,17 @@ fn unparseable_retry_after_is_ignored_with_a_warning() {
 #[test]
 fn backoff_grows_with_the_attempt_and_is_capped() {
     let p = policy();
-    let at = |attempt| run(&p, Failure { attempt, max_attempts: 100, ..read("BITRIX_UNAVAILABLE") }).retry;
+    let at = |attempt| {
+        run(
+            p,
+            Failure {
+                attempt,
+                max_attempts: 100,
+                ..read("BITRIX_UNAVAILABLE")
+            },
+        )
+        .retry
+    };
     assert_eq!((at(1).after_ms, at(1).max_after_ms), (500, 1000));
     assert_eq!((at(3).after_ms, at(3).max_after_ms), (2000, 4000));
     // the caller's 100 is capped by the catalog's 5
@@ -76,7 +125,13 @@ fn backoff_grows_with_the_attempt_and_is_capped() {
 #[test]
 fn bh_app_timeout_write_is_not_made_safe_by_waiting() {
     let p = policy();
-    let d = run(&p, Failure { retry_after: "600", ..write("BH_APP_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            retry_after: "600",
+            ..write("BH_APP_TIMEOUT")
+        },
+    );
     assert_eq!(d.verdict, Verdict::StateVerificationRequired);
     assert!(!d.retry.safe);
 }
@@ -84,14 +139,35 @@ fn bh_app_timeout_write_is_not_made_safe_by_waiting() {
 #[test]
 fn effective_max_attempts_is_the_smaller_and_the_limit_escalates() {
     let p = policy();
-    let d = run(&p, Failure { max_attempts: 3, attempt: 2, ..read("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            max_attempts: 3,
+            attempt: 2,
+            ..read("QUEUE_OVERFLOW")
+        },
+    );
     assert_eq!((d.verdict, d.retry.max_attempts), (Verdict::RetryWithLimit, 3));
-    let d = run(&p, Failure { max_attempts: 3, attempt: 3, request_id: "req-1", ..read("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            max_attempts: 3,
+            attempt: 3,
+            request_id: "req-1",
+            ..read("QUEUE_OVERFLOW")
+        },
+    );
     assert_eq!(d.verdict, Verdict::DoNotRetry);
     assert_eq!(d.retry.reconciliation_action, Some("escalate_with_request_id"));
     assert!(d.reason.contains("X-Request-Id"), "{}", d.reason);
     assert_eq!(d.request_id, "req-1");
-    let d = run(&p, Failure { max_attempts: 9, ..read("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            max_attempts: 9,
+            ..read("QUEUE_OVERFLOW")
+        },
+    );
     assert!(d.warnings.contains(Warning::MaxAttemptsCapped));
     assert_eq!(d.retry.max_attempts, 5);
 }
@@ -99,7 +175,13 @@ fn effective_max_attempts_is_the_smaller_and_the_limit_escalates() {
 #[test]
 fn attempt_zero_means_one() {
     let p = policy();
-    let d = run(&p, Failure { attempt: 0, ..read("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            attempt: 0,
+            ..read("QUEUE_OVERFLOW")
+        },
+    );
     assert_eq!(d.retry.attempt, 1);
     assert!(d.warnings.contains(Warning::AttemptZeroReadAsOne));
 }
@@ -108,29 +190,65 @@ fn attempt_zero_means_one() {
 fn a_deadline_the_delay_would_overrun_stops_retries() {
     let p = policy();
     let soon = Some(NOW.plus_ms(10_000));
-    let d = run(&p, Failure { retry_after: "30", deadline: soon, ..read("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            retry_after: "30",
+            deadline: soon,
+            ..read("QUEUE_OVERFLOW")
+        },
+    );
     assert_eq!(d.verdict, Verdict::DoNotRetry);
     assert_eq!(d.retry.deadline, soon);
-    let d = run(&p, Failure { retry_after: "5", deadline: soon, ..read("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            retry_after: "5",
+            deadline: soon,
+            ..read("QUEUE_OVERFLOW")
+        },
+    );
     assert_eq!(d.verdict, Verdict::RetryWithLimit);
     let past = Some(UnixMillis(NOW.0 - 1));
-    let d = run(&p, Failure { deadline: past, ..read("QUEUE_OVERFLOW") });
+    let d = run(
+        p,
+        Failure {
+            deadline: past,
+            ..read("QUEUE_OVERFLOW")
+        },
+    );
     assert_eq!(d.verdict, Verdict::DoNotRetry);
     // an unknown write stopped by its deadline still needs reconciling
-    let d = run(&p, Failure { deadline: past, ..write("BITRIX_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            deadline: past,
+            ..write("BITRIX_TIMEOUT")
+        },
+    );
     assert_eq!(d.retry.reconciliation_action, Some("read_back_by_business_key"));
 }
 
 #[test]
 fn enforced_idempotency_key_makes_verification_a_safe_resend() {
     let p = policy();
-    let f = Failure { idempotency_key: "deal-42", idempotency_key_enforced: true, ..write("BITRIX_TIMEOUT") };
-    let d = run(&p, f);
+    let f = Failure {
+        idempotency_key: "deal-42",
+        idempotency_key_enforced: true,
+        ..write("BITRIX_TIMEOUT")
+    };
+    let d = run(p, f);
     assert_eq!(d.verdict, Verdict::RetryWithLimit);
     assert_eq!(d.retry.idempotency_key, Some("deal-42"));
     assert_eq!(d.retry.reconciliation_action, Some("resend_with_same_idempotency_key"));
     // a key the dependency does not enforce changes nothing and is not echoed
-    let d = run(&p, Failure { idempotency_key: "deal-42", ..write("BITRIX_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            idempotency_key: "deal-42",
+            ..write("BITRIX_TIMEOUT")
+        },
+    );
     assert_eq!(d.verdict, Verdict::StateVerificationRequired);
     assert_eq!(d.retry.idempotency_key, None);
     assert!(d.warnings.contains(Warning::IdempotencyKeyNotEnforced));
@@ -139,7 +257,13 @@ fn enforced_idempotency_key_makes_verification_a_safe_resend() {
 #[test]
 fn request_id_is_never_an_idempotency_key() {
     let p = policy();
-    let d = run(&p, Failure { request_id: "req-9", ..write("BITRIX_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            request_id: "req-9",
+            ..write("BITRIX_TIMEOUT")
+        },
+    );
     assert_eq!(d.verdict, Verdict::StateVerificationRequired);
     assert_eq!(d.retry.idempotency_key, None);
 }
@@ -147,20 +271,59 @@ fn request_id_is_never_an_idempotency_key() {
 #[test]
 fn read_back_settles_a_write() {
     let p = policy();
-    let d = run(&p, Failure { read_back: ReadBack::EffectPresent, ..write("BITRIX_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            read_back: ReadBack::EffectPresent,
+            ..write("BITRIX_TIMEOUT")
+        },
+    );
     assert_eq!(d.verdict, Verdict::AlreadyApplied);
-    let d = run(&p, Failure { read_back: ReadBack::EffectAbsent, ..write("BITRIX_TIMEOUT") });
-    assert_eq!((d.verdict, d.retry.side_effect_state), (Verdict::RetryWithLimit, SideEffectState::None));
-    let d = run(&p, Failure { read_back: ReadBack::Inconclusive, ..write("BITRIX_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            read_back: ReadBack::EffectAbsent,
+            ..write("BITRIX_TIMEOUT")
+        },
+    );
+    assert_eq!(
+        (d.verdict, d.retry.side_effect_state),
+        (Verdict::RetryWithLimit, SideEffectState::None)
+    );
+    let d = run(
+        p,
+        Failure {
+            read_back: ReadBack::Inconclusive,
+            ..write("BITRIX_TIMEOUT")
+        },
+    );
     assert_eq!(d.verdict, Verdict::DoNotRetry);
     assert_eq!(d.retry.reconciliation_action, Some("manual_review"));
-    let d = run(&p, Failure { cannot_verify_effect: true, ..write("DB_TRANSIENT") });
+    let d = run(
+        p,
+        Failure {
+            cannot_verify_effect: true,
+            ..write("DB_TRANSIENT")
+        },
+    );
     assert_eq!(d.verdict, Verdict::DoNotRetry);
     assert_eq!(d.retry.reconciliation_action, Some("manual_review"));
     // absent does not lift a fix-first verdict: the cause is still there
-    let d = run(&p, Failure { read_back: ReadBack::EffectAbsent, ..write("TOKEN_REFRESH_FAILED") });
+    let d = run(
+        p,
+        Failure {
+            read_back: ReadBack::EffectAbsent,
+            ..write("TOKEN_REFRESH_FAILED")
+        },
+    );
     assert_eq!(d.verdict, Verdict::FixBeforeRetry);
-    let d = run(&p, Failure { read_back: ReadBack::EffectPresent, ..read("BITRIX_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            read_back: ReadBack::EffectPresent,
+            ..read("BITRIX_TIMEOUT")
+        },
+    );
     assert_eq!(d.verdict, Verdict::RetryWithLimit);
     assert!(d.warnings.contains(Warning::ReadBackIgnoredForRead));
 }
@@ -178,11 +341,24 @@ fn operation_is_inferred_from_the_method_meaning() {
         ("", Operation::Write),
     ];
     for (method, op) in cases {
-        let d = run(&p, Failure { code: "BITRIX_TIMEOUT", method, ..Failure::default() });
+        let d = run(
+            p,
+            Failure {
+                code: "BITRIX_TIMEOUT",
+                method,
+                ..Failure::default()
+            },
+        );
         assert_eq!((d.operation, d.operation_inferred), (op, true), "{method}");
     }
     // an explicit operation wins over the method
-    let d = run(&p, Failure { method: "crm.deal.add", ..read("BITRIX_TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            method: "crm.deal.add",
+            ..read("BITRIX_TIMEOUT")
+        },
+    );
     assert_eq!((d.operation, d.operation_inferred), (Operation::Read, false));
 }
 
@@ -195,10 +371,16 @@ fn result_state_unknown_is_not_resent_on_a_key_alone() {
         idempotency_key_enforced: true,
         ..write("ASC-6005")
     };
-    let d = run(&p, f);
+    let d = run(p, f);
     assert_eq!(d.code, "RESULT_STATE_UNKNOWN");
     assert_eq!(d.verdict, Verdict::StateVerificationRequired);
-    let d = run(&p, Failure { read_back: ReadBack::EffectAbsent, ..f });
+    let d = run(
+        p,
+        Failure {
+            read_back: ReadBack::EffectAbsent,
+            ..f
+        },
+    );
     assert_eq!(d.verdict, Verdict::RetryWithLimit);
 }
 
@@ -210,7 +392,13 @@ fn asc_preconditions_name_their_transition() {
         ("HUMAN_APPROVAL_REQUIRED", "human_approval_granted"),
         ("AUTHENTICATION_REQUIRED", "authentication_completed"),
     ] {
-        let d = run(&p, Failure { catalog: "asc", ..write(code) });
+        let d = run(
+            p,
+            Failure {
+                catalog: "asc",
+                ..write(code)
+            },
+        );
         assert_eq!((d.verdict, d.required_transition), (Verdict::FixBeforeRetry, Some(t)));
     }
 }
@@ -234,19 +422,54 @@ fn upstream(retryable: bool, safe: bool) -> RetryContract<'static> {
 #[test]
 fn upstream_advice_only_makes_a_decision_safer() {
     let p = policy();
-    let f = Failure { catalog: "asc", ..read("TIMEOUT") };
-    let d = run(&p, Failure { upstream: Some(upstream(true, false)), ..f });
+    let f = Failure {
+        catalog: "asc",
+        ..read("TIMEOUT")
+    };
+    let d = run(
+        p,
+        Failure {
+            upstream: Some(upstream(true, false)),
+            ..f
+        },
+    );
     assert_eq!(d.verdict, Verdict::StateVerificationRequired);
-    let d = run(&p, Failure { upstream: Some(upstream(false, true)), ..f });
+    let d = run(
+        p,
+        Failure {
+            upstream: Some(upstream(false, true)),
+            ..f
+        },
+    );
     assert_eq!(d.verdict, Verdict::DoNotRetry);
-    let up = RetryContract { after_ms: 45_000, max_attempts: 2, deadline: Some(NOW.plus_ms(60_000)), ..upstream(true, true) };
-    let d = run(&p, Failure { upstream: Some(up), ..f });
+    let up = RetryContract {
+        after_ms: 45_000,
+        max_attempts: 2,
+        deadline: Some(NOW.plus_ms(60_000)),
+        ..upstream(true, true)
+    };
+    let d = run(
+        p,
+        Failure {
+            upstream: Some(up),
+            ..f
+        },
+    );
     assert_eq!(d.verdict, Verdict::RetryWithLimit);
     assert!(d.retry.after_ms >= 45_000);
     assert_eq!(d.retry.max_attempts, 2);
     assert_eq!(d.retry.deadline, up.deadline);
     // an upstream that says "safe" does not make a write with unknown outcome safe
-    let d = run(&p, Failure { upstream: Some(upstream(true, true)), ..Failure { catalog: "asc", ..write("TIMEOUT") } });
+    let d = run(
+        p,
+        Failure {
+            upstream: Some(upstream(true, true)),
+            ..Failure {
+                catalog: "asc",
+                ..write("TIMEOUT")
+            }
+        },
+    );
     assert_eq!(d.verdict, Verdict::StateVerificationRequired);
     assert!(d.warnings.contains(Warning::UpstreamLessSafeIgnored));
 }
@@ -259,13 +482,31 @@ fn frontspin_schedule_then_failed_permanent() {
         let attempt = i as u32 + 1;
         for code in ["RATE_LIMITED", "FRONTSPIN_SERVER_ERROR", "TIMEOUT"] {
             for f in [read(code), write(code)] {
-                let d = run(&p, Failure { catalog: "frontspin", attempt, ..f });
+                let d = run(
+                    p,
+                    Failure {
+                        catalog: "frontspin",
+                        attempt,
+                        ..f
+                    },
+                );
                 assert_eq!(d.verdict, Verdict::RetryWithLimit, "{code} attempt {attempt}");
-                assert_eq!((d.retry.strategy, d.retry.after_ms), (Strategy::Schedule, wait), "{code}");
+                assert_eq!(
+                    (d.retry.strategy, d.retry.after_ms),
+                    (Strategy::Schedule, wait),
+                    "{code}"
+                );
             }
         }
     }
-    let d = run(&p, Failure { catalog: "frontspin", attempt: 5, ..write("TIMEOUT") });
+    let d = run(
+        p,
+        Failure {
+            catalog: "frontspin",
+            attempt: 5,
+            ..write("TIMEOUT")
+        },
+    );
     assert_eq!(d.verdict, Verdict::DoNotRetry);
     assert_eq!(d.terminal_state, Some(TerminalState::FailedPermanent));
 }
@@ -273,31 +514,76 @@ fn frontspin_schedule_then_failed_permanent() {
 #[test]
 fn frontspin_rate_limit_stops_the_tenant() {
     let p = policy();
-    let d = run(&p, Failure { catalog: "frontspin", tenant: "t1", ..write("RATE_LIMITED") });
+    let d = run(
+        p,
+        Failure {
+            catalog: "frontspin",
+            tenant: "t1",
+            ..write("RATE_LIMITED")
+        },
+    );
     assert_eq!(d.scope, Scope::Tenant);
     assert_eq!(d.retry.reconciliation_action, Some("redrive_pending_after_quota_reset"));
-    let d = run(&p, Failure { catalog: "frontspin", ..write("TIMEOUT") });
-    assert_eq!((d.scope, d.retry.side_effect_state, d.retry.safe), (Scope::Request, SideEffectState::Possible, true));
-    let d = run(&p, Failure { catalog: "frontspin", ..write("NOT_FOUND") });
+    let d = run(
+        p,
+        Failure {
+            catalog: "frontspin",
+            ..write("TIMEOUT")
+        },
+    );
+    assert_eq!(
+        (d.scope, d.retry.side_effect_state, d.retry.safe),
+        (Scope::Request, SideEffectState::Possible, true)
+    );
+    let d = run(
+        p,
+        Failure {
+            catalog: "frontspin",
+            ..write("NOT_FOUND")
+        },
+    );
     assert_eq!(d.retry.reconciliation_action, Some("clear_stored_id_or_investigate"));
 }
 
 #[test]
 fn unknown_catalog_lists_the_catalogs() {
     let p = policy();
-    let err = decide(&p, &Failure { catalog: "nope", ..read("X") }, NOW).unwrap_err();
+    let err = decide(
+        p,
+        &Failure {
+            catalog: "nope",
+            ..read("X")
+        },
+        NOW,
+    )
+    .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("\"nope\"") && msg.contains("vibecode, asc, frontspin"), "{msg}");
+    assert!(
+        msg.contains("\"nope\"") && msg.contains("vibecode, asc, frontspin"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn locale_selects_the_reason_language() {
     let p = policy();
-    let en = run(&p, read("BITRIX_TIMEOUT"));
-    let ru = run(&p, Failure { locale: "ru-RU", ..read("BITRIX_TIMEOUT") });
+    let en = run(p, read("BITRIX_TIMEOUT"));
+    let ru = run(
+        p,
+        Failure {
+            locale: "ru-RU",
+            ..read("BITRIX_TIMEOUT")
+        },
+    );
     assert_ne!(en.reason, ru.reason);
     assert!(ru.reason.contains("Битрикс24"), "{}", ru.reason);
-    let xx = run(&p, Failure { locale: "xx", ..read("BITRIX_TIMEOUT") });
+    let xx = run(
+        p,
+        Failure {
+            locale: "xx",
+            ..read("BITRIX_TIMEOUT")
+        },
+    );
     assert_eq!(xx.reason, en.reason);
     assert!(xx.warnings.contains(Warning::LocaleUnsupported));
 }
@@ -305,7 +591,7 @@ fn locale_selects_the_reason_language() {
 #[test]
 fn codes_are_case_sensitive() {
     let p = policy();
-    let d = run(&p, write("bitrix_timeout"));
+    let d = run(p, write("bitrix_timeout"));
     assert!(!d.known_code);
     assert_eq!(d.rule, "vibecode/unknown/write");
 }
@@ -316,7 +602,10 @@ fn policy_version_is_a_content_hash() {
     let b = policy();
     assert_eq!(a.version(), b.version());
     assert!(a.version().starts_with("sha256:"));
-    let mut sources: Vec<(&str, String)> = crate::core::policy::EMBEDDED.iter().map(|(f, t)| (*f, t.to_string())).collect();
+    let mut sources: Vec<(&str, String)> = crate::core::policy::EMBEDDED
+        .iter()
+        .map(|(f, t)| (*f, t.to_string()))
+        .collect();
     sources[0].1 = sources[0].1.replace("max_attempts = 5", "max_attempts = 6");
     let changed = Policy::from_sources(sources.iter().map(|(f, t)| (*f, t.as_str())), "vibecode").unwrap();
     assert_ne!(changed.version(), a.version());

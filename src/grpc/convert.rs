@@ -1,0 +1,273 @@
+//! Proto ⇄ domain conversions.
+//!
+//! Requests are mapped by borrowing: a core [`Failure`] points into the
+//! decoded prost message, so nothing is copied on the way in. Strings are
+//! only allocated when the response message is built.
+//!
+//! Enum numbers are open on the wire (proto3): a number this build does not
+//! know maps to the "not given" value rather than failing the call.
+
+use prost_types::Timestamp;
+
+use super::pb;
+use crate::core::{
+    Decision, Failure, Operation, ReadBack, RetryContract, Scope, SideEffectState, Strategy, TargetReached, UnixMillis,
+    Verdict,
+};
+
+/// Borrows a core [`Failure`] from a decoded proto failure; `locale` is the
+/// request's raw locale tag (the core parses it).
+pub fn failure_from_proto<'a>(f: &'a pb::Failure, locale: &'a str) -> Failure<'a> {
+    Failure {
+        catalog: &f.catalog,
+        code: &f.code,
+        operation: operation_from_proto(f.operation),
+        method: &f.method,
+        attempt: f.attempt,
+        max_attempts: f.max_attempts,
+        retry_after: &f.retry_after,
+        retry_after_ms: f.retry_after_ms,
+        deadline: f.deadline.as_ref().map(millis_from_timestamp),
+        idempotency_key: &f.idempotency_key,
+        idempotency_key_enforced: f.idempotency_key_enforced,
+        read_back: read_back_from_proto(f.read_back),
+        cannot_verify_effect: f.cannot_verify_effect,
+        request_id: &f.request_id,
+        tenant: &f.tenant,
+        upstream: f.upstream.as_ref().map(contract_from_proto),
+        locale,
+    }
+}
+
+/// Borrows a core [`RetryContract`] from an upstream proto contract.
+/// `SIDE_EFFECT_STATE_UNSPECIFIED` is read as "none" and
+/// `STRATEGY_UNSPECIFIED` as "no strategy", as the proto documents.
+pub fn contract_from_proto(c: &pb::RetryContract) -> RetryContract<'_> {
+    RetryContract {
+        retryable: c.retryable,
+        safe: c.safe,
+        after_ms: c.after_ms,
+        max_after_ms: c.max_after_ms,
+        strategy: strategy_from_proto(c.strategy),
+        attempt: c.attempt,
+        max_attempts: c.max_attempts,
+        deadline: c.deadline.as_ref().map(millis_from_timestamp),
+        idempotency_key: c.idempotency_key.as_deref(),
+        side_effect_state: side_effect_from_proto(c.side_effect_state),
+        reconciliation_action: c.reconciliation_action.as_deref(),
+    }
+}
+
+/// Builds the proto decision (the only place strings are copied).
+pub fn decision_to_proto(d: &Decision<'_>) -> pb::Decision {
+    pb::Decision {
+        verdict: verdict_to_proto(d.verdict) as i32,
+        retry: Some(contract_to_proto(&d.retry)),
+        target_reached: target_reached_to_proto(d.target_reached) as i32,
+        catalog: d.catalog.to_owned(),
+        code: d.code.to_owned(),
+        known_code: d.known_code,
+        operation: operation_to_proto(d.operation) as i32,
+        operation_inferred: d.operation_inferred,
+        reason: d.reason.to_owned(),
+        rule: d.rule.to_owned(),
+        policy_version: d.policy_version.to_owned(),
+        required_transition: d.required_transition.unwrap_or_default().to_owned(),
+        scope: scope_to_proto(d.scope) as i32,
+        request_id: d.request_id.to_owned(),
+        terminal_state: d.terminal_state.map(|t| t.as_str()).unwrap_or_default().to_owned(),
+        warnings: d.warnings.iter().map(|w| w.message().to_owned()).collect(),
+    }
+}
+
+/// Builds a proto retry contract.
+pub fn contract_to_proto(c: &RetryContract<'_>) -> pb::RetryContract {
+    pb::RetryContract {
+        retryable: c.retryable,
+        safe: c.safe,
+        after_ms: c.after_ms,
+        max_after_ms: c.max_after_ms,
+        strategy: strategy_to_proto(c.strategy) as i32,
+        attempt: c.attempt,
+        max_attempts: c.max_attempts,
+        deadline: c.deadline.map(timestamp_from_millis),
+        idempotency_key: c.idempotency_key.map(str::to_owned),
+        side_effect_state: side_effect_to_proto(c.side_effect_state) as i32,
+        reconciliation_action: c.reconciliation_action.map(str::to_owned),
+    }
+}
+
+/// A protobuf `Timestamp` as [`UnixMillis`] (sub-millisecond digits are
+/// dropped; out-of-range nanos are clamped; overflow saturates).
+pub fn millis_from_timestamp(t: &Timestamp) -> UnixMillis {
+    UnixMillis::from_seconds_nanos(t.seconds, t.nanos)
+}
+
+/// [`UnixMillis`] as a protobuf `Timestamp`.
+pub fn timestamp_from_millis(t: UnixMillis) -> Timestamp {
+    let (seconds, nanos) = t.to_seconds_nanos();
+    Timestamp { seconds, nanos }
+}
+
+/// Wire number → [`Operation`]; unknown numbers are "not given".
+pub fn operation_from_proto(n: i32) -> Operation {
+    match pb::OperationKind::try_from(n) {
+        Ok(pb::OperationKind::Read) => Operation::Read,
+        Ok(pb::OperationKind::Write) => Operation::Write,
+        Ok(pb::OperationKind::Unspecified) | Err(_) => Operation::Unspecified,
+    }
+}
+
+/// [`Operation`] → proto enum.
+pub fn operation_to_proto(op: Operation) -> pb::OperationKind {
+    match op {
+        Operation::Unspecified => pb::OperationKind::Unspecified,
+        Operation::Read => pb::OperationKind::Read,
+        Operation::Write => pb::OperationKind::Write,
+    }
+}
+
+/// Wire number → [`ReadBack`]; unknown numbers mean no read-back was done.
+pub fn read_back_from_proto(n: i32) -> ReadBack {
+    match pb::ReadBack::try_from(n) {
+        Ok(pb::ReadBack::EffectPresent) => ReadBack::EffectPresent,
+        Ok(pb::ReadBack::EffectAbsent) => ReadBack::EffectAbsent,
+        Ok(pb::ReadBack::Inconclusive) => ReadBack::Inconclusive,
+        Ok(pb::ReadBack::Unspecified) | Err(_) => ReadBack::NotDone,
+    }
+}
+
+/// Wire number → [`SideEffectState`]; unspecified and unknown numbers are "none".
+pub fn side_effect_from_proto(n: i32) -> SideEffectState {
+    match pb::SideEffectState::try_from(n) {
+        Ok(pb::SideEffectState::Possible) => SideEffectState::Possible,
+        Ok(pb::SideEffectState::Confirmed) => SideEffectState::Confirmed,
+        Ok(pb::SideEffectState::Unknown) => SideEffectState::Unknown,
+        Ok(pb::SideEffectState::None | pb::SideEffectState::Unspecified) | Err(_) => SideEffectState::None,
+    }
+}
+
+/// [`SideEffectState`] → proto enum.
+pub fn side_effect_to_proto(s: SideEffectState) -> pb::SideEffectState {
+    match s {
+        SideEffectState::None => pb::SideEffectState::None,
+        SideEffectState::Possible => pb::SideEffectState::Possible,
+        SideEffectState::Confirmed => pb::SideEffectState::Confirmed,
+        SideEffectState::Unknown => pb::SideEffectState::Unknown,
+    }
+}
+
+/// Wire number → [`Strategy`]; unspecified and unknown numbers are "none".
+pub fn strategy_from_proto(n: i32) -> Strategy {
+    match pb::Strategy::try_from(n) {
+        Ok(pb::Strategy::ExponentialBackoff) => Strategy::ExponentialBackoff,
+        Ok(pb::Strategy::RetryAfter) => Strategy::RetryAfter,
+        Ok(pb::Strategy::Schedule) => Strategy::Schedule,
+        Ok(pb::Strategy::None | pb::Strategy::Unspecified) | Err(_) => Strategy::None,
+    }
+}
+
+/// [`Strategy`] → proto enum.
+pub fn strategy_to_proto(s: Strategy) -> pb::Strategy {
+    match s {
+        Strategy::None => pb::Strategy::None,
+        Strategy::ExponentialBackoff => pb::Strategy::ExponentialBackoff,
+        Strategy::RetryAfter => pb::Strategy::RetryAfter,
+        Strategy::Schedule => pb::Strategy::Schedule,
+    }
+}
+
+/// [`Verdict`] → proto enum.
+pub fn verdict_to_proto(v: Verdict) -> pb::Verdict {
+    match v {
+        Verdict::RetryWithLimit => pb::Verdict::RetryWithLimit,
+        Verdict::StateVerificationRequired => pb::Verdict::StateVerificationRequired,
+        Verdict::FixBeforeRetry => pb::Verdict::FixBeforeRetry,
+        Verdict::DoNotRetry => pb::Verdict::DoNotRetry,
+        Verdict::AlreadyApplied => pb::Verdict::AlreadyApplied,
+    }
+}
+
+/// [`TargetReached`] → proto enum.
+pub fn target_reached_to_proto(t: TargetReached) -> pb::TargetReached {
+    match t {
+        TargetReached::No => pb::TargetReached::No,
+        TargetReached::Yes => pb::TargetReached::Yes,
+        TargetReached::Unknown => pb::TargetReached::Unknown,
+    }
+}
+
+/// [`Scope`] → proto enum.
+pub fn scope_to_proto(s: Scope) -> pb::Scope {
+    match s {
+        Scope::Request => pb::Scope::Request,
+        Scope::Tenant => pb::Scope::Tenant,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_enum_numbers_map_to_not_given() {
+        assert_eq!(operation_from_proto(99), Operation::Unspecified);
+        assert_eq!(operation_from_proto(-1), Operation::Unspecified);
+        assert_eq!(read_back_from_proto(42), ReadBack::NotDone);
+        assert_eq!(side_effect_from_proto(7), SideEffectState::None);
+        assert_eq!(strategy_from_proto(1000), Strategy::None);
+        assert_eq!(operation_from_proto(2), Operation::Write);
+        assert_eq!(read_back_from_proto(1), ReadBack::EffectPresent);
+    }
+
+    #[test]
+    fn upstream_unspecified_side_effect_is_none() {
+        let c = pb::RetryContract {
+            side_effect_state: 0,
+            ..Default::default()
+        };
+        assert_eq!(contract_from_proto(&c).side_effect_state, SideEffectState::None);
+        let c = pb::RetryContract {
+            side_effect_state: pb::SideEffectState::Unknown as i32,
+            ..Default::default()
+        };
+        assert_eq!(contract_from_proto(&c).side_effect_state, SideEffectState::Unknown);
+    }
+
+    #[test]
+    fn timestamps_round_trip_through_millis() {
+        let t = Timestamp {
+            seconds: 1_786_190_700,
+            nanos: 250_000_000,
+        };
+        let ms = millis_from_timestamp(&t);
+        assert_eq!(ms, UnixMillis(1_786_190_700_250));
+        assert_eq!(timestamp_from_millis(ms), t);
+        let before_epoch = Timestamp {
+            seconds: -2,
+            nanos: 500_000_000,
+        };
+        assert_eq!(
+            timestamp_from_millis(millis_from_timestamp(&before_epoch)),
+            before_epoch
+        );
+    }
+
+    #[test]
+    fn failure_borrows_from_the_request() {
+        let f = pb::Failure {
+            catalog: "asc".into(),
+            code: "X".into(),
+            upstream: Some(pb::RetryContract {
+                idempotency_key: Some("k".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let core = failure_from_proto(&f, "ru-RU");
+        assert!(std::ptr::eq(core.catalog, f.catalog.as_str()));
+        assert_eq!(core.locale, "ru-RU");
+        assert_eq!(core.upstream.and_then(|u| u.idempotency_key), Some("k"));
+        assert_eq!(core.deadline, None);
+    }
+}

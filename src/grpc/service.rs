@@ -1,0 +1,418 @@
+//! `retryd.v1.RetryDecisionService`: Classify and ClassifyBatch over the
+//! decision core.
+//!
+//! Every call loads the policy once, so it is decided wholly by one policy
+//! even if the policy is swapped meanwhile. Bad input is answered with
+//! INVALID_ARGUMENT carrying a `google.rpc.BadRequest` that names the field
+//! (`failure.<field>`, or `failures[i].<field>` inside a batch result).
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use prost::Message as _;
+use tonic::{Code, Request, Response, Status};
+use tonic_types::{ErrorDetails, StatusExt as _};
+use tracing::field::Empty;
+
+use super::convert::{decision_to_proto, failure_from_proto};
+use super::pb;
+use super::pb::retry_decision_service_server::RetryDecisionService;
+use crate::core::limits::{self, FieldViolation};
+use crate::core::{DecideError, Decision, Policy, UnixMillis, Verdict, decide};
+
+/// Counter of decisions, labelled `catalog` (a loaded catalog's name) and
+/// `verdict` (the fixed set of [`Verdict::as_str`]).
+pub const DECISIONS_TOTAL: &str = "retryd_decisions_total";
+/// Histogram of ClassifyBatch sizes (items per call).
+pub const BATCH_ITEMS: &str = "retryd_batch_items";
+
+/// Batches larger than this are decided on the blocking pool so they do not
+/// hold up an async worker.
+const BLOCKING_BATCH: usize = 256;
+
+/// The policy in force, shared with whatever reloads it.
+pub type PolicyHandle = Arc<ArcSwap<Policy>>;
+
+/// Limits of the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// Most failures one ClassifyBatch may carry (`--max-batch`).
+    pub max_batch: usize,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig { max_batch: 10_000 }
+    }
+}
+
+/// The implementation of `retryd.v1.RetryDecisionService`.
+#[derive(Debug, Clone)]
+pub struct RetryDecisionApi {
+    policy: PolicyHandle,
+    config: ServiceConfig,
+}
+
+impl RetryDecisionApi {
+    /// A service deciding by whatever policy `policy` holds at each call.
+    pub fn new(policy: PolicyHandle, config: ServiceConfig) -> Self {
+        RetryDecisionApi { policy, config }
+    }
+
+    /// Decides one request as of `now` (the synchronous body of Classify).
+    pub fn classify_at(&self, req: &pb::ClassifyRequest, now: UnixMillis) -> Result<pb::ClassifyResponse, Status> {
+        let span = tracing::info_span!("Classify", catalog = Empty, code = Empty, verdict = Empty);
+        let _entered = span.enter();
+        let policy = self.policy.load();
+        let decided = classify_one(&policy, req, now);
+        match &decided {
+            Ok(d) => {
+                span.record("catalog", d.catalog);
+                span.record("code", d.code);
+                span.record("verdict", d.verdict.as_str());
+                metrics::counter!(DECISIONS_TOTAL, "catalog" => d.catalog.to_owned(), "verdict" => d.verdict.as_str())
+                    .increment(1);
+                tracing::debug!("decided");
+            }
+            Err(v) => tracing::debug!(field = %v.field, "invalid argument"),
+        }
+        decided
+            .map(|d| pb::ClassifyResponse {
+                decision: Some(decision_to_proto(&d)),
+            })
+            .map_err(|v| v.into_status())
+    }
+
+    /// Decides a batch as of `now` (the synchronous body of ClassifyBatch).
+    pub fn classify_batch_at(
+        &self,
+        req: &pb::ClassifyBatchRequest,
+        now: UnixMillis,
+    ) -> Result<pb::ClassifyBatchResponse, Status> {
+        let span = tracing::info_span!("ClassifyBatch", items = req.failures.len(), errors = Empty);
+        let _entered = span.enter();
+        metrics::histogram!(BATCH_ITEMS).record(req.failures.len() as f64);
+        if req.failures.len() > self.config.max_batch {
+            let v = Violation::new(
+                "failures".to_owned(),
+                format!(
+                    "{} items; the limit is {} (--max-batch)",
+                    req.failures.len(),
+                    self.config.max_batch
+                ),
+            );
+            tracing::debug!(field = %v.field, "invalid argument");
+            return Err(v.into_status());
+        }
+        check_locale(&req.locale).map_err(Violation::into_status)?;
+
+        let policy = self.policy.load();
+        let mut summary = pb::BatchSummary::default();
+        let mut tally = Tally::default();
+        let mut results = Vec::with_capacity(req.failures.len());
+        for (i, failure) in req.failures.iter().enumerate() {
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            let outcome = match decide_failure(&policy, failure, &req.locale, now, |f| format!("failures[{i}].{f}")) {
+                Ok(d) => {
+                    count(&mut summary, d.verdict);
+                    tally.add(d.catalog, d.verdict);
+                    pb::batch_result::Outcome::Decision(decision_to_proto(&d))
+                }
+                Err(v) => {
+                    summary.errors += 1;
+                    pb::batch_result::Outcome::Error(v.into_rpc_status())
+                }
+            };
+            results.push(pb::BatchResult {
+                index,
+                outcome: Some(outcome),
+            });
+        }
+        tally.emit();
+        span.record("errors", summary.errors);
+        tracing::debug!(
+            retry_with_limit = summary.retry_with_limit,
+            state_verification_required = summary.state_verification_required,
+            fix_before_retry = summary.fix_before_retry,
+            do_not_retry = summary.do_not_retry,
+            already_applied = summary.already_applied,
+            "decided batch"
+        );
+        Ok(pb::ClassifyBatchResponse {
+            results,
+            summary: Some(summary),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl RetryDecisionService for RetryDecisionApi {
+    async fn classify(&self, request: Request<pb::ClassifyRequest>) -> Result<Response<pb::ClassifyResponse>, Status> {
+        let now = UnixMillis::now();
+        self.classify_at(request.get_ref(), now).map(Response::new)
+    }
+
+    async fn classify_batch(
+        &self,
+        request: Request<pb::ClassifyBatchRequest>,
+    ) -> Result<Response<pb::ClassifyBatchResponse>, Status> {
+        let now = UnixMillis::now();
+        let req = request.into_inner();
+        if req.failures.len() <= BLOCKING_BATCH {
+            return self.classify_batch_at(&req, now).map(Response::new);
+        }
+        let this = self.clone();
+        let span = tracing::Span::current();
+        match tokio::task::spawn_blocking(move || span.in_scope(|| this.classify_batch_at(&req, now))).await {
+            Ok(result) => result.map(Response::new),
+            Err(e) => {
+                tracing::error!(error = %e, "ClassifyBatch worker failed");
+                Err(Status::internal("internal error"))
+            }
+        }
+    }
+}
+
+/// One field violation, named as the client sees it.
+#[derive(Debug)]
+struct Violation {
+    field: String,
+    description: String,
+}
+
+impl Violation {
+    fn new(field: String, description: String) -> Self {
+        Violation { field, description }
+    }
+
+    fn message(&self) -> String {
+        format!("{}: {}", self.field, self.description)
+    }
+
+    /// INVALID_ARGUMENT with a BadRequest detail, for a whole call.
+    fn into_status(self) -> Status {
+        let message = self.message();
+        Status::with_error_details(
+            Code::InvalidArgument,
+            message,
+            ErrorDetails::with_bad_request_violation(self.field, self.description),
+        )
+    }
+
+    /// The same as a `google.rpc.Status` message, for one batch item.
+    fn into_rpc_status(self) -> tonic_types::Status {
+        let message = self.message();
+        let bad_request =
+            tonic_types::pb::BadRequest::from(tonic_types::BadRequest::with_violation(self.field, self.description));
+        tonic_types::Status {
+            code: Code::InvalidArgument as i32,
+            message,
+            details: vec![prost_types::Any {
+                type_url: tonic_types::BadRequest::TYPE_URL.to_owned(),
+                value: bad_request.encode_to_vec(),
+            }],
+        }
+    }
+}
+
+/// The locale is a request field, checked once per call.
+fn check_locale(locale: &str) -> Result<(), Violation> {
+    if locale.len() > limits::MAX_LOCALE {
+        return Err(Violation::new(
+            "locale".to_owned(),
+            format!("is {} bytes; the limit is {}", locale.len(), limits::MAX_LOCALE),
+        ));
+    }
+    Ok(())
+}
+
+fn classify_one<'a>(
+    policy: &'a Policy,
+    req: &'a pb::ClassifyRequest,
+    now: UnixMillis,
+) -> Result<Decision<'a>, Violation> {
+    check_locale(&req.locale)?;
+    let Some(failure) = &req.failure else {
+        return Err(Violation::new("failure".to_owned(), "is required".to_owned()));
+    };
+    decide_failure(policy, failure, &req.locale, now, |f| format!("failure.{f}"))
+}
+
+/// Checks and decides one failure; `name` turns a field of the failure into
+/// its name in the request.
+fn decide_failure<'a>(
+    policy: &'a Policy,
+    failure: &'a pb::Failure,
+    locale: &'a str,
+    now: UnixMillis,
+    name: impl Fn(&str) -> String,
+) -> Result<Decision<'a>, Violation> {
+    let f = failure_from_proto(failure, locale);
+    limits::check(&f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))?;
+    decide(policy, &f, now).map_err(|e| match e {
+        DecideError::UnknownCatalog { .. } => Violation::new(name("catalog"), e.to_string()),
+    })
+}
+
+fn count(summary: &mut pb::BatchSummary, verdict: Verdict) {
+    let slot = match verdict {
+        Verdict::RetryWithLimit => &mut summary.retry_with_limit,
+        Verdict::StateVerificationRequired => &mut summary.state_verification_required,
+        Verdict::FixBeforeRetry => &mut summary.fix_before_retry,
+        Verdict::DoNotRetry => &mut summary.do_not_retry,
+        Verdict::AlreadyApplied => &mut summary.already_applied,
+    };
+    *slot += 1;
+}
+
+/// Decisions per catalog and verdict within one batch, so the counters are
+/// touched once per (catalog, verdict) rather than once per item.
+#[derive(Default)]
+struct Tally<'a> {
+    per_catalog: Vec<(&'a str, [u64; Verdict::ALL.len()])>,
+}
+
+impl<'a> Tally<'a> {
+    fn add(&mut self, catalog: &'a str, verdict: Verdict) {
+        let slot = Verdict::ALL.iter().position(|v| *v == verdict).unwrap_or(0);
+        match self.per_catalog.iter_mut().find(|(c, _)| *c == catalog) {
+            Some((_, counts)) => counts[slot] += 1,
+            None => {
+                let mut counts = [0; Verdict::ALL.len()];
+                counts[slot] = 1;
+                self.per_catalog.push((catalog, counts));
+            }
+        }
+    }
+
+    fn emit(&self) {
+        for (catalog, counts) in &self.per_catalog {
+            for (verdict, n) in Verdict::ALL.iter().zip(counts).filter(|(_, n)| **n > 0) {
+                metrics::counter!(DECISIONS_TOTAL, "catalog" => (*catalog).to_owned(), "verdict" => verdict.as_str())
+                    .increment(*n);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic_types::RpcStatusExt as _;
+
+    use super::*;
+
+    fn api(max_batch: usize) -> RetryDecisionApi {
+        let policy = Policy::embedded().expect("embedded policy");
+        RetryDecisionApi::new(Arc::new(ArcSwap::from_pointee(policy)), ServiceConfig { max_batch })
+    }
+
+    fn failure(catalog: &str, code: &str, op: pb::OperationKind) -> pb::Failure {
+        pb::Failure {
+            catalog: catalog.into(),
+            code: code.into(),
+            operation: op as i32,
+            attempt: 1,
+            ..Default::default()
+        }
+    }
+
+    const NOW: UnixMillis = UnixMillis(1_786_190_700_000);
+
+    #[test]
+    fn classify_requires_failure() {
+        let err = api(10).classify_at(&pb::ClassifyRequest::default(), NOW).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        let br = err.get_details_bad_request().expect("BadRequest detail");
+        assert_eq!(br.field_violations[0].field, "failure");
+    }
+
+    #[test]
+    fn oversize_field_is_named_with_its_prefix() {
+        let mut f = failure("", "X", pb::OperationKind::Write);
+        f.idempotency_key = "k".repeat(limits::MAX_IDEMPOTENCY_KEY + 1);
+        let err = api(10)
+            .classify_at(
+                &pb::ClassifyRequest {
+                    failure: Some(f),
+                    locale: String::new(),
+                },
+                NOW,
+            )
+            .unwrap_err();
+        let br = err.get_details_bad_request().expect("BadRequest detail");
+        assert_eq!(br.field_violations[0].field, "failure.idempotency_key");
+    }
+
+    #[test]
+    fn long_locale_is_a_request_field() {
+        let req = pb::ClassifyBatchRequest {
+            failures: vec![],
+            locale: "x".repeat(100),
+        };
+        let err = api(10).classify_batch_at(&req, NOW).unwrap_err();
+        assert_eq!(
+            err.get_details_bad_request().expect("detail").field_violations[0].field,
+            "locale"
+        );
+    }
+
+    #[test]
+    fn batch_errors_stay_per_item_and_are_counted() {
+        let req = pb::ClassifyBatchRequest {
+            failures: vec![
+                failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write),
+                failure("nope", "X", pb::OperationKind::Read),
+                failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Read),
+            ],
+            locale: "en".into(),
+        };
+        let resp = api(10).classify_batch_at(&req, NOW).expect("batch answered");
+        assert_eq!(resp.results.len(), 3);
+        assert_eq!(resp.results.iter().map(|r| r.index).collect::<Vec<_>>(), [0, 1, 2]);
+        let Some(pb::batch_result::Outcome::Error(status)) = &resp.results[1].outcome else {
+            panic!("item 1 should be an error: {:?}", resp.results[1]);
+        };
+        assert_eq!(status.code, Code::InvalidArgument as i32);
+        let br = status.get_details_bad_request().expect("BadRequest in Any");
+        assert_eq!(br.field_violations[0].field, "failures[1].catalog");
+        assert!(br.field_violations[0].description.contains("vibecode"), "{:?}", br);
+        let summary = resp.summary.expect("summary");
+        assert_eq!(summary.errors, 1);
+        assert_eq!(
+            summary.retry_with_limit
+                + summary.state_verification_required
+                + summary.fix_before_retry
+                + summary.do_not_retry
+                + summary.already_applied,
+            2
+        );
+    }
+
+    #[test]
+    fn over_max_batch_fails_the_call() {
+        let req = pb::ClassifyBatchRequest {
+            failures: vec![pb::Failure::default(); 3],
+            locale: String::new(),
+        };
+        let err = api(2).classify_batch_at(&req, NOW).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(err.message(), "failures: 3 items; the limit is 2 (--max-batch)");
+    }
+
+    #[test]
+    fn a_call_is_decided_by_one_policy_snapshot() {
+        let a = api(10);
+        let resp = a
+            .classify_at(
+                &pb::ClassifyRequest {
+                    failure: Some(failure("", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+                    locale: String::new(),
+                },
+                NOW,
+            )
+            .expect("decided");
+        let d = resp.decision.expect("decision");
+        assert_eq!(d.catalog, "vibecode");
+        assert_eq!(d.policy_version, a.policy.load().version());
+    }
+}

@@ -1,0 +1,141 @@
+//! Flags of `retryd serve` and `retryd health`, each with an environment twin.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::ValueEnum;
+
+/// Flags of `retryd serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to serve gRPC on; port 0 picks a free port (the bound address is logged).
+    #[arg(long, env = "RETRYD_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// Address of the Prometheus endpoint (GET /metrics), or `off`.
+    #[arg(long, env = "RETRYD_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    pub metrics_listen: MetricsListen,
+    /// Catalog used when a failure names none.
+    #[arg(long, env = "RETRYD_DEFAULT_CATALOG", default_value = crate::core::policy::DEFAULT_CATALOG)]
+    pub default_catalog: String,
+    /// Log format on stderr.
+    #[arg(long, env = "RETRYD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter, e.g. `info` or `retryd=debug`; RUST_LOG overrides it.
+    #[arg(long, env = "RETRYD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Most failures one ClassifyBatch may carry.
+    #[arg(long, env = "RETRYD_MAX_BATCH", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_batch: u32,
+    /// Largest request message in bytes; larger ones are answered RESOURCE_EXHAUSTED.
+    #[arg(long, env = "RETRYD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u32).range(1024..))]
+    pub max_message_bytes: u32,
+    /// How long in-flight calls may take to finish after SIGTERM/SIGINT,
+    /// e.g. `30s`, `500ms`, `2m` or plain seconds.
+    #[arg(long, env = "RETRYD_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+/// Flags of `retryd health` (the exit codes of grpc_health_probe).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// The server to probe.
+    #[arg(long, env = "RETRYD_HEALTH_ADDR", default_value = "http://127.0.0.1:50051")]
+    pub addr: String,
+    /// The service whose health to ask for; empty means the whole server.
+    #[arg(long, default_value = "")]
+    pub service: String,
+    /// Time allowed for connecting and for the call, e.g. `1s` or `500ms`
+    /// (checked by the probe, so a bad value exits 1 like grpc_health_probe).
+    #[arg(long, default_value = "1s")]
+    pub timeout: String,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `--metrics-listen`: an address, or `off` for no metrics endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsListen {
+    /// Serve GET /metrics here.
+    Addr(SocketAddr),
+    /// No metrics endpoint.
+    Off,
+}
+
+impl FromStr for MetricsListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(MetricsListen::Off);
+        }
+        s.parse()
+            .map(MetricsListen::Addr)
+            .map_err(|_| format!("{s:?} is neither an address (host:port) nor `off`"))
+    }
+}
+
+impl fmt::Display for MetricsListen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MetricsListen::Addr(a) => a.fmt(f),
+            MetricsListen::Off => f.write_str("off"),
+        }
+    }
+}
+
+/// Parses a duration: a number with a unit `ms`, `s`, `m` or `h`
+/// (`500ms`, `30s`, `2m`), or a plain number of seconds (`30`, `1.5`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 30s, 500ms or 2m"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("{s:?}: unknown unit {other:?}; use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{s:?} is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("15"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3 weeks").is_err());
+        assert!(parse_duration("1e999").is_err());
+    }
+
+    #[test]
+    fn metrics_listen() {
+        assert_eq!("off".parse(), Ok(MetricsListen::Off));
+        assert_eq!(
+            "127.0.0.1:0".parse(),
+            Ok(MetricsListen::Addr("127.0.0.1:0".parse().unwrap()))
+        );
+        assert!("localhost".parse::<MetricsListen>().is_err());
+    }
+}
