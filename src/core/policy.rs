@@ -1,8 +1,6 @@
 //! A policy: the set of catalogs in force, the default catalog, and a
 //! content hash that every decision reports as `policy_version`.
 
-use std::collections::HashMap;
-
 use sha2::{Digest, Sha256};
 
 use super::catalog::{Catalog, CatalogError, compile_catalog};
@@ -39,7 +37,6 @@ pub enum PolicyError {
 #[derive(Debug, Clone)]
 pub struct Policy {
     catalogs: Vec<Catalog>,
-    by_name: HashMap<Box<str>, usize>,
     default: usize,
     version: Box<str>,
 }
@@ -80,8 +77,7 @@ impl Policy {
         if !errors.is_empty() {
             return Err(PolicyError::Invalid(errors));
         }
-        let by_name: HashMap<Box<str>, usize> = catalogs.iter().enumerate().map(|(i, c)| (c.name.clone(), i)).collect();
-        let Some(&default) = by_name.get(default_catalog) else {
+        let Some(default) = catalogs.iter().position(|c| &*c.name == default_catalog) else {
             return Err(PolicyError::UnknownDefault {
                 name: default_catalog.to_owned(),
                 available: names(&catalogs),
@@ -100,7 +96,6 @@ impl Policy {
         let version = digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>();
         Ok(Policy {
             catalogs,
-            by_name,
             default,
             version: format!("sha256:{version}").into(),
         })
@@ -108,7 +103,8 @@ impl Policy {
 
     /// The catalog named `name`.
     pub fn catalog(&self, name: &str) -> Option<&Catalog> {
-        self.by_name.get(name).map(|&i| &self.catalogs[i])
+        // A handful of catalogs: a scan beats hashing the name.
+        self.catalogs.iter().find(|c| &*c.name == name)
     }
 
     /// The default catalog.

@@ -1,5 +1,5 @@
 //! `retryd.v1.RetryDecisionService`: Classify and ClassifyBatch over the
-//! decision core.
+//! decision core, and ListCatalogs.
 //!
 //! Every call loads the policy once, so it is decided wholly by one policy
 //! even if the policy is swapped meanwhile. Bad input is answered with
@@ -14,6 +14,7 @@ use tonic::{Code, Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt as _};
 use tracing::field::Empty;
 
+use super::catalogs::list_catalogs;
 use super::convert::{decision_to_proto, failure_from_proto};
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
@@ -145,8 +146,28 @@ impl RetryDecisionApi {
     }
 }
 
+impl RetryDecisionApi {
+    /// Lists the catalogs of the policy in force (the body of ListCatalogs),
+    /// all from one policy snapshot.
+    pub fn list_catalogs_now(&self, req: &pb::ListCatalogsRequest) -> Result<pb::ListCatalogsResponse, Status> {
+        let span = tracing::info_span!("ListCatalogs", policy_version = Empty);
+        let _entered = span.enter();
+        check_locale(&req.locale).map_err(Violation::into_status)?;
+        let policy = self.policy.load();
+        span.record("policy_version", policy.version());
+        Ok(list_catalogs(&policy, &req.locale))
+    }
+}
+
 #[tonic::async_trait]
 impl RetryDecisionService for RetryDecisionApi {
+    async fn list_catalogs(
+        &self,
+        request: Request<pb::ListCatalogsRequest>,
+    ) -> Result<Response<pb::ListCatalogsResponse>, Status> {
+        self.list_catalogs_now(request.get_ref()).map(Response::new)
+    }
+
     async fn classify(&self, request: Request<pb::ClassifyRequest>) -> Result<Response<pb::ClassifyResponse>, Status> {
         let now = UnixMillis::now();
         self.classify_at(request.get_ref(), now).map(Response::new)

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -16,6 +17,16 @@ pub struct ServeArgs {
     /// Address of the Prometheus endpoint (GET /metrics), or `off`.
     #[arg(long, env = "RETRYD_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
     pub metrics_listen: MetricsListen,
+    /// Catalog file (`.toml`) or directory of them, loaded on top of the
+    /// embedded catalogs (a catalog with an embedded one's name replaces it);
+    /// repeatable. The environment twin takes a comma-separated list (empty:
+    /// none). Reloaded on SIGHUP and when a file in a watched directory changes.
+    #[arg(long = "policy", value_name = "PATH", env = "RETRYD_POLICY", value_delimiter = ',', value_parser = parse_policy_path)]
+    pub policy: Vec<PathBuf>,
+    /// Watch the `--policy` directories and reload on changes (`false`:
+    /// reload only on SIGHUP).
+    #[arg(long, env = "RETRYD_POLICY_WATCH", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub policy_watch: bool,
     /// Catalog used when a failure names none.
     #[arg(long, env = "RETRYD_DEFAULT_CATALOG", default_value = crate::core::policy::DEFAULT_CATALOG)]
     pub default_catalog: String,
@@ -35,6 +46,23 @@ pub struct ServeArgs {
     /// e.g. `30s`, `500ms`, `2m` or plain seconds.
     #[arg(long, env = "RETRYD_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+}
+
+impl ServeArgs {
+    /// The `--policy` paths given, empty entries (`RETRYD_POLICY=`, `a,,b`) dropped.
+    pub fn policy_paths(&self) -> Vec<PathBuf> {
+        self.policy
+            .iter()
+            .filter(|p| !p.as_os_str().is_empty())
+            .cloned()
+            .collect()
+    }
+}
+
+/// A `--policy` entry; empty is allowed here (an empty `RETRYD_POLICY` means
+/// no paths) and dropped by [`ServeArgs::policy_paths`].
+fn parse_policy_path(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s.trim()))
 }
 
 /// Flags of `retryd health` (the exit codes of grpc_health_probe).

@@ -7,7 +7,9 @@
 //! - `grpc_server_handling_seconds{grpc_service,grpc_method}`: histogram, from
 //!   the request to the end of the response (trailers);
 //! - `retryd_decisions_total{catalog,verdict}` and `retryd_batch_items`
-//!   (recorded by the service, see [`crate::grpc::service`]).
+//!   (recorded by the service, see [`crate::grpc::service`]);
+//! - `retryd_policy_reload_total{result}`, `retryd_policy_info{version}` and
+//!   `retryd_policy_last_reload_successful` (see [`super::reload`]).
 //!
 //! Labels never carry client-chosen strings: a path that is not one of the
 //! served methods is counted as `unknown`/`unknown`.
@@ -27,6 +29,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tower::{Layer, Service};
 
+use super::reload::{LAST_RELOAD_SUCCESSFUL, POLICY_INFO, RELOAD_TOTAL};
 use crate::grpc::service::{BATCH_ITEMS, DECISIONS_TOTAL};
 
 /// Counter of calls received.
@@ -52,6 +55,11 @@ const KNOWN_METHODS: &[(&str, &str, &str)] = &[
         "/retryd.v1.RetryDecisionService/ClassifyBatch",
         "retryd.v1.RetryDecisionService",
         "ClassifyBatch",
+    ),
+    (
+        "/retryd.v1.RetryDecisionService/ListCatalogs",
+        "retryd.v1.RetryDecisionService",
+        "ListCatalogs",
     ),
     ("/grpc.health.v1.Health/Check", "grpc.health.v1.Health", "Check"),
     ("/grpc.health.v1.Health/Watch", "grpc.health.v1.Health", "Watch"),
@@ -105,6 +113,15 @@ fn describe() {
     metrics::describe_histogram!(HANDLING_SECONDS, metrics::Unit::Seconds, "Time to answer a gRPC call.");
     metrics::describe_counter!(DECISIONS_TOTAL, "Retry decisions, by catalog and verdict.");
     metrics::describe_histogram!(BATCH_ITEMS, metrics::Unit::Count, "Failures per ClassifyBatch call.");
+    metrics::describe_counter!(
+        RELOAD_TOTAL,
+        "Policy reload attempts, by result: ok (a new version is in force), unchanged, error (refused; the old policy keeps serving)."
+    );
+    metrics::describe_gauge!(
+        POLICY_INFO,
+        "1 for the policy version in force; 0 for versions in force earlier."
+    );
+    metrics::describe_gauge!(LAST_RELOAD_SUCCESSFUL, "1 unless the latest policy reload was refused.");
 }
 
 /// Serves `GET /metrics` on `listener` until the task is dropped or aborted;

@@ -28,6 +28,12 @@ pub struct Server {
 impl Server {
     /// Starts `retryd serve` on free ports with `extra` flags.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with_env(extra, &[])
+    }
+
+    /// Starts `retryd serve` on free ports with `extra` flags and `env`
+    /// variables set.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_retryd"))
             .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
             // GRPC_TEST_LOG=debug (or any filter) shows more of the server in failure output.
@@ -37,6 +43,7 @@ impl Server {
             ])
             .args(extra)
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -110,11 +117,25 @@ impl Server {
 
     /// Sends SIGTERM with `kill -TERM`.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends SIGHUP with `kill -HUP` (reload the policy).
+    pub fn hangup(&self) {
+        self.signal("HUP");
+    }
+
+    fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
+            .args([&format!("-{name}"), &self.pid().to_string()])
             .status()
             .expect("run kill");
-        assert!(status.success(), "kill -TERM failed: {status}");
+        assert!(status.success(), "kill -{name} failed: {status}");
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Waits for the process to exit. Async, so the test's own connections
@@ -151,6 +172,19 @@ impl Drop for Server {
     }
 }
 
+/// Runs `retryd serve` with `extra` flags, expecting it to exit before it
+/// serves; returns the exit status and stderr.
+pub fn serve_expecting_exit(extra: &[&str]) -> (ExitStatus, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_retryd"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off"])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run retryd serve");
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 fn after<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
     let start = line.find(marker)? + marker.len();
     let rest = &line[start..];
@@ -181,4 +215,158 @@ pub fn sample(scrape: &str, series: &str) -> Option<f64> {
         .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, for at most `within`;
+/// panics naming `what` otherwise.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    /// `retryd-test-<name>-<pid>-<n>`, empty.
+    pub fn new(name: &str) -> TempDir {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("retryd-test-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    /// A path inside.
+    pub fn join(&self, p: &str) -> std::path::PathBuf {
+        self.0.join(p)
+    }
+
+    /// The directory as a `&str` flag value.
+    pub fn as_str(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a [`Load`] saw.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Successful calls per `policy_version` answered.
+    pub versions: std::collections::BTreeMap<String, u64>,
+    /// Failed calls (status messages).
+    pub failures: Vec<String>,
+}
+
+impl LoadReport {
+    /// Successful calls in all.
+    pub fn calls(&self) -> u64 {
+        self.versions.values().sum()
+    }
+
+    /// Panics unless no call failed and every answer came from one of `allowed`.
+    pub fn assert_clean(&self, allowed: &[&str]) {
+        eprintln!("load: calls per policy version {:?}", self.versions);
+        assert!(
+            self.failures.is_empty(),
+            "{} of {} calls failed, e.g. {:?}",
+            self.failures.len(),
+            self.calls() + self.failures.len() as u64,
+            &self.failures[..self.failures.len().min(5)]
+        );
+        for v in self.versions.keys() {
+            assert!(
+                allowed.contains(&v.as_str()),
+                "a call was decided by policy {v}, not one of {allowed:?}: {:?}",
+                self.versions
+            );
+        }
+        assert!(self.calls() > 0, "the load made no calls");
+    }
+}
+
+fn record(
+    report: &Mutex<LoadReport>,
+    answer: Result<tonic::Response<retryd::grpc::pb::ClassifyResponse>, tonic::Status>,
+) {
+    let mut r = report.lock().expect("report lock");
+    match answer {
+        Ok(resp) => {
+            let version = resp.into_inner().decision.map(|d| d.policy_version).unwrap_or_default();
+            *r.versions.entry(version).or_default() += 1;
+        }
+        Err(status) => r.failures.push(format!("{:?}: {}", status.code(), status.message())),
+    }
+}
+
+/// Client tasks calling Classify with one request in a loop, throughout a
+/// test, recording every answer's policy_version and every failure.
+pub struct Load {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    report: Arc<Mutex<LoadReport>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    /// `clients` tasks (each with its own connection) sending `request`.
+    pub async fn start(server: &Server, clients: usize, request: retryd::grpc::pb::ClassifyRequest) -> Load {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let report = Arc::new(Mutex::new(LoadReport::default()));
+        let mut tasks = Vec::new();
+        for _ in 0..clients {
+            let mut client = server.client().await;
+            let (stop, report, request) = (Arc::clone(&stop), Arc::clone(&report), request.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let answer = client.classify(request.clone()).await;
+                    record(&report, answer);
+                    // Leave the two cores some room for the server's reload.
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }));
+        }
+        Load { stop, report, tasks }
+    }
+
+    /// Successful calls so far.
+    pub fn calls(&self) -> u64 {
+        self.report.lock().expect("report lock").calls()
+    }
+
+    /// Waits (bounded) until `n` more calls have succeeded, so a reload
+    /// happens with calls going on both before and after it.
+    pub async fn more_calls(&self, n: u64) {
+        let target = self.calls() + n;
+        let deadline = Instant::now() + PATIENCE;
+        while self.calls() < target {
+            assert!(Instant::now() < deadline, "the load did not make {n} more calls");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Stops the tasks and returns what they saw.
+    pub async fn stop(self) -> LoadReport {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.expect("load task");
+        }
+        std::mem::take(&mut *self.report.lock().expect("report lock"))
+    }
 }

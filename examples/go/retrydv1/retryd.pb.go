@@ -841,6 +841,604 @@ func (x *BatchSummary) GetErrors() uint32 {
 	return 0
 }
 
+// Which catalogs the server decides by.
+type ListCatalogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Language of CatalogCode.condition and CatalogRule.reason: "en" (default
+	// when empty) or "ru"; region subtags such as "ru-RU" are accepted. A
+	// catalog without texts in that language answers in English.
+	Locale        string `protobuf:"bytes,1,opt,name=locale,proto3" json:"locale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCatalogsRequest) Reset() {
+	*x = ListCatalogsRequest{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCatalogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCatalogsRequest) ProtoMessage() {}
+
+func (x *ListCatalogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCatalogsRequest.ProtoReflect.Descriptor instead.
+func (*ListCatalogsRequest) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListCatalogsRequest) GetLocale() string {
+	if x != nil {
+		return x.Locale
+	}
+	return ""
+}
+
+// The catalogs of the policy in force.
+type ListCatalogsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every catalog, in load order: the embedded ones first, then those loaded
+	// with --policy (a loaded catalog with an embedded one's name takes its
+	// place).
+	Catalogs []*Catalog `protobuf:"bytes,1,rep,name=catalogs,proto3" json:"catalogs,omitempty"`
+	// Content hash of the policy listed, as in Decision.policy_version.
+	PolicyVersion string `protobuf:"bytes,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// The catalog that decides a Failure with an empty catalog.
+	DefaultCatalog string `protobuf:"bytes,3,opt,name=default_catalog,json=defaultCatalog,proto3" json:"default_catalog,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListCatalogsResponse) Reset() {
+	*x = ListCatalogsResponse{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCatalogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCatalogsResponse) ProtoMessage() {}
+
+func (x *ListCatalogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCatalogsResponse.ProtoReflect.Descriptor instead.
+func (*ListCatalogsResponse) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListCatalogsResponse) GetCatalogs() []*Catalog {
+	if x != nil {
+		return x.Catalogs
+	}
+	return nil
+}
+
+func (x *ListCatalogsResponse) GetPolicyVersion() string {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return ""
+}
+
+func (x *ListCatalogsResponse) GetDefaultCatalog() string {
+	if x != nil {
+		return x.DefaultCatalog
+	}
+	return ""
+}
+
+// One catalog: the codes of one dependency family and what a read and a
+// write may do for each.
+type Catalog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name to put in Failure.catalog, e.g. "vibecode".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// One line for people.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// Attempts allowed in all, the first one included.
+	MaxAttempts uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Bounded exponential backoff used when no Retry-After or schedule applies.
+	Backoff *Backoff `protobuf:"bytes,4,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	// Waits in milliseconds for codes whose delay is "schedule", one per
+	// retry; empty when the catalog has no schedule.
+	ScheduleMs []uint64 `protobuf:"varint,5,rep,packed,name=schedule_ms,json=scheduleMs,proto3" json:"schedule_ms,omitempty"`
+	// The known codes, in catalog order.
+	Codes []*CatalogCode `protobuf:"bytes,6,rep,name=codes,proto3" json:"codes,omitempty"`
+	// The rules for a code the catalog does not know (code "unknown").
+	Unknown *CatalogCode `protobuf:"bytes,7,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	// The rules for a failure without a platform envelope, i.e. an empty
+	// Failure.code (code "no_envelope").
+	NoEnvelope *CatalogCode `protobuf:"bytes,8,opt,name=no_envelope,json=noEnvelope,proto3" json:"no_envelope,omitempty"`
+	// Locales the catalog's texts carry, e.g. "en", "ru".
+	Locales []string `protobuf:"bytes,9,rep,name=locales,proto3" json:"locales,omitempty"`
+	// Final state reported when a schedule runs out, e.g. "FAILED_PERMANENT";
+	// empty when none.
+	ExhaustedTerminalState string `protobuf:"bytes,10,opt,name=exhausted_terminal_state,json=exhaustedTerminalState,proto3" json:"exhausted_terminal_state,omitempty"`
+	// Method words that mark a read when Failure.operation is unspecified.
+	ReadWords []string `protobuf:"bytes,11,rep,name=read_words,json=readWords,proto3" json:"read_words,omitempty"`
+	// Method words that mark a write (checked before the read words).
+	WriteWords    []string `protobuf:"bytes,12,rep,name=write_words,json=writeWords,proto3" json:"write_words,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Catalog) Reset() {
+	*x = Catalog{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Catalog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Catalog) ProtoMessage() {}
+
+func (x *Catalog) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Catalog.ProtoReflect.Descriptor instead.
+func (*Catalog) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Catalog) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Catalog) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Catalog) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *Catalog) GetBackoff() *Backoff {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
+func (x *Catalog) GetScheduleMs() []uint64 {
+	if x != nil {
+		return x.ScheduleMs
+	}
+	return nil
+}
+
+func (x *Catalog) GetCodes() []*CatalogCode {
+	if x != nil {
+		return x.Codes
+	}
+	return nil
+}
+
+func (x *Catalog) GetUnknown() *CatalogCode {
+	if x != nil {
+		return x.Unknown
+	}
+	return nil
+}
+
+func (x *Catalog) GetNoEnvelope() *CatalogCode {
+	if x != nil {
+		return x.NoEnvelope
+	}
+	return nil
+}
+
+func (x *Catalog) GetLocales() []string {
+	if x != nil {
+		return x.Locales
+	}
+	return nil
+}
+
+func (x *Catalog) GetExhaustedTerminalState() string {
+	if x != nil {
+		return x.ExhaustedTerminalState
+	}
+	return ""
+}
+
+func (x *Catalog) GetReadWords() []string {
+	if x != nil {
+		return x.ReadWords
+	}
+	return nil
+}
+
+func (x *Catalog) GetWriteWords() []string {
+	if x != nil {
+		return x.WriteWords
+	}
+	return nil
+}
+
+// Bounded exponential backoff: the wait after attempt n is drawn from
+// [m/2, m] with m = min(cap_ms, base_ms * multiplier^(n-1)).
+type Backoff struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Top of the window after the first attempt, in milliseconds.
+	BaseMs uint64 `protobuf:"varint,1,opt,name=base_ms,json=baseMs,proto3" json:"base_ms,omitempty"`
+	// Growth per attempt.
+	Multiplier float64 `protobuf:"fixed64,2,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	// Largest wait, in milliseconds.
+	CapMs         uint64 `protobuf:"varint,3,opt,name=cap_ms,json=capMs,proto3" json:"cap_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Backoff) Reset() {
+	*x = Backoff{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Backoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Backoff) ProtoMessage() {}
+
+func (x *Backoff) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
+func (*Backoff) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Backoff) GetBaseMs() uint64 {
+	if x != nil {
+		return x.BaseMs
+	}
+	return 0
+}
+
+func (x *Backoff) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *Backoff) GetCapMs() uint64 {
+	if x != nil {
+		return x.CapMs
+	}
+	return 0
+}
+
+// One code of a catalog (or its unknown / no-envelope fallback).
+type CatalogCode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The canonical code, case-sensitive; "unknown" or "no_envelope" for the
+	// fallbacks.
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// Other spellings that resolve to this code, e.g. "ASC-6005".
+	Aliases []string `protobuf:"bytes,2,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	// Whether the failed call reached the dependency.
+	TargetReached TargetReached `protobuf:"varint,3,opt,name=target_reached,json=targetReached,proto3,enum=retryd.v1.TargetReached" json:"target_reached,omitempty"`
+	// The verdict for a read (before limits, read-backs and keys refine it).
+	ReadVerdict Verdict `protobuf:"varint,4,opt,name=read_verdict,json=readVerdict,proto3,enum=retryd.v1.Verdict" json:"read_verdict,omitempty"`
+	// The verdict for a write on its first attempt without a Retry-After.
+	WriteVerdict Verdict `protobuf:"varint,5,opt,name=write_verdict,json=writeVerdict,proto3,enum=retryd.v1.Verdict" json:"write_verdict,omitempty"`
+	// How the wait is computed: "backoff", "retry_after",
+	// "strict_retry_after" or "schedule".
+	Delay string `protobuf:"bytes,6,opt,name=delay,proto3" json:"delay,omitempty"`
+	// The condition and explanation, in the requested locale.
+	Condition string `protobuf:"bytes,7,opt,name=condition,proto3" json:"condition,omitempty"`
+	// The verdict for a write on a retried attempt (attempt > 1); unset when
+	// it is write_verdict.
+	RetriedWriteVerdict *Verdict `protobuf:"varint,8,opt,name=retried_write_verdict,json=retriedWriteVerdict,proto3,enum=retryd.v1.Verdict,oneof" json:"retried_write_verdict,omitempty"`
+	// The verdict for a write that came with a Retry-After; unset when it is
+	// write_verdict. A retried write's rule wins over this one.
+	WriteWithRetryAfterVerdict *Verdict `protobuf:"varint,9,opt,name=write_with_retry_after_verdict,json=writeWithRetryAfterVerdict,proto3,enum=retryd.v1.Verdict,oneof" json:"write_with_retry_after_verdict,omitempty"`
+	// The full rule for a read.
+	Read *CatalogRule `protobuf:"bytes,10,opt,name=read,proto3" json:"read,omitempty"`
+	// The full rule for a write.
+	Write *CatalogRule `protobuf:"bytes,11,opt,name=write,proto3" json:"write,omitempty"`
+	// The full rule for a retried write; unset when there is none.
+	RetriedWrite *CatalogRule `protobuf:"bytes,12,opt,name=retried_write,json=retriedWrite,proto3" json:"retried_write,omitempty"`
+	// The full rule for a write with a Retry-After; unset when there is none.
+	WriteWithRetryAfter *CatalogRule `protobuf:"bytes,13,opt,name=write_with_retry_after,json=writeWithRetryAfter,proto3" json:"write_with_retry_after,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *CatalogCode) Reset() {
+	*x = CatalogCode{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogCode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogCode) ProtoMessage() {}
+
+func (x *CatalogCode) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogCode.ProtoReflect.Descriptor instead.
+func (*CatalogCode) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CatalogCode) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *CatalogCode) GetAliases() []string {
+	if x != nil {
+		return x.Aliases
+	}
+	return nil
+}
+
+func (x *CatalogCode) GetTargetReached() TargetReached {
+	if x != nil {
+		return x.TargetReached
+	}
+	return TargetReached_TARGET_REACHED_UNSPECIFIED
+}
+
+func (x *CatalogCode) GetReadVerdict() Verdict {
+	if x != nil {
+		return x.ReadVerdict
+	}
+	return Verdict_VERDICT_UNSPECIFIED
+}
+
+func (x *CatalogCode) GetWriteVerdict() Verdict {
+	if x != nil {
+		return x.WriteVerdict
+	}
+	return Verdict_VERDICT_UNSPECIFIED
+}
+
+func (x *CatalogCode) GetDelay() string {
+	if x != nil {
+		return x.Delay
+	}
+	return ""
+}
+
+func (x *CatalogCode) GetCondition() string {
+	if x != nil {
+		return x.Condition
+	}
+	return ""
+}
+
+func (x *CatalogCode) GetRetriedWriteVerdict() Verdict {
+	if x != nil && x.RetriedWriteVerdict != nil {
+		return *x.RetriedWriteVerdict
+	}
+	return Verdict_VERDICT_UNSPECIFIED
+}
+
+func (x *CatalogCode) GetWriteWithRetryAfterVerdict() Verdict {
+	if x != nil && x.WriteWithRetryAfterVerdict != nil {
+		return *x.WriteWithRetryAfterVerdict
+	}
+	return Verdict_VERDICT_UNSPECIFIED
+}
+
+func (x *CatalogCode) GetRead() *CatalogRule {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+func (x *CatalogCode) GetWrite() *CatalogRule {
+	if x != nil {
+		return x.Write
+	}
+	return nil
+}
+
+func (x *CatalogCode) GetRetriedWrite() *CatalogRule {
+	if x != nil {
+		return x.RetriedWrite
+	}
+	return nil
+}
+
+func (x *CatalogCode) GetWriteWithRetryAfter() *CatalogRule {
+	if x != nil {
+		return x.WriteWithRetryAfter
+	}
+	return nil
+}
+
+// What a catalog answers for one code and one operation, before limits,
+// read-backs, idempotency keys and the dependency's own advice refine it.
+type CatalogRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stable id, as in Decision.rule, e.g. "vibecode/BITRIX_TIMEOUT/write".
+	Rule string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The verdict.
+	Verdict Verdict `protobuf:"varint,2,opt,name=verdict,proto3,enum=retryd.v1.Verdict" json:"verdict,omitempty"`
+	// What is known of the failed call's effects.
+	SideEffectState SideEffectState `protobuf:"varint,3,opt,name=side_effect_state,json=sideEffectState,proto3,enum=retryd.v1.SideEffectState" json:"side_effect_state,omitempty"`
+	// The state change needed before a retry, e.g. "authorization_restored";
+	// empty when none.
+	RequiredTransition string `protobuf:"bytes,4,opt,name=required_transition,json=requiredTransition,proto3" json:"required_transition,omitempty"`
+	// Machine-readable action for the caller, e.g. "read_back_by_business_key";
+	// empty when none.
+	ReconciliationAction string `protobuf:"bytes,5,opt,name=reconciliation_action,json=reconciliationAction,proto3" json:"reconciliation_action,omitempty"`
+	// Whether a stop applies to the request or the whole tenant.
+	Scope Scope `protobuf:"varint,6,opt,name=scope,proto3,enum=retryd.v1.Scope" json:"scope,omitempty"`
+	// An idempotency key does not replace reconciling the state first.
+	ReconcileBeforeRetry bool `protobuf:"varint,7,opt,name=reconcile_before_retry,json=reconcileBeforeRetry,proto3" json:"reconcile_before_retry,omitempty"`
+	// Why, in the requested locale.
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogRule) Reset() {
+	*x = CatalogRule{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogRule) ProtoMessage() {}
+
+func (x *CatalogRule) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogRule.ProtoReflect.Descriptor instead.
+func (*CatalogRule) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CatalogRule) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *CatalogRule) GetVerdict() Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return Verdict_VERDICT_UNSPECIFIED
+}
+
+func (x *CatalogRule) GetSideEffectState() SideEffectState {
+	if x != nil {
+		return x.SideEffectState
+	}
+	return SideEffectState_SIDE_EFFECT_STATE_UNSPECIFIED
+}
+
+func (x *CatalogRule) GetRequiredTransition() string {
+	if x != nil {
+		return x.RequiredTransition
+	}
+	return ""
+}
+
+func (x *CatalogRule) GetReconciliationAction() string {
+	if x != nil {
+		return x.ReconciliationAction
+	}
+	return ""
+}
+
+func (x *CatalogRule) GetScope() Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return Scope_SCOPE_UNSPECIFIED
+}
+
+func (x *CatalogRule) GetReconcileBeforeRetry() bool {
+	if x != nil {
+		return x.ReconcileBeforeRetry
+	}
+	return false
+}
+
+func (x *CatalogRule) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // A failed call to a dependency, as the caller saw it.
 type Failure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -895,7 +1493,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1505,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1518,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{6}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Failure) GetCatalog() string {
@@ -1081,7 +1679,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1691,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1704,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{7}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Decision) GetVerdict() Verdict {
@@ -1255,7 +1853,7 @@ type RetryContract struct {
 
 func (x *RetryContract) Reset() {
 	*x = RetryContract{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1865,7 @@ func (x *RetryContract) String() string {
 func (*RetryContract) ProtoMessage() {}
 
 func (x *RetryContract) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1878,7 @@ func (x *RetryContract) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryContract.ProtoReflect.Descriptor instead.
 func (*RetryContract) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{8}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RetryContract) GetRetryable() bool {
@@ -1388,7 +1986,63 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\fdo_not_retry\x18\x04 \x01(\rR\n" +
 	"doNotRetry\x12'\n" +
 	"\x0falready_applied\x18\x05 \x01(\rR\x0ealreadyApplied\x12\x16\n" +
-	"\x06errors\x18\x06 \x01(\rR\x06errors\"\x8f\x05\n" +
+	"\x06errors\x18\x06 \x01(\rR\x06errors\"-\n" +
+	"\x13ListCatalogsRequest\x12\x16\n" +
+	"\x06locale\x18\x01 \x01(\tR\x06locale\"\x96\x01\n" +
+	"\x14ListCatalogsResponse\x12.\n" +
+	"\bcatalogs\x18\x01 \x03(\v2\x12.retryd.v1.CatalogR\bcatalogs\x12%\n" +
+	"\x0epolicy_version\x18\x02 \x01(\tR\rpolicyVersion\x12'\n" +
+	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xde\x03\n" +
+	"\aCatalog\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12,\n" +
+	"\abackoff\x18\x04 \x01(\v2\x12.retryd.v1.BackoffR\abackoff\x12\x1f\n" +
+	"\vschedule_ms\x18\x05 \x03(\x04R\n" +
+	"scheduleMs\x12,\n" +
+	"\x05codes\x18\x06 \x03(\v2\x16.retryd.v1.CatalogCodeR\x05codes\x120\n" +
+	"\aunknown\x18\a \x01(\v2\x16.retryd.v1.CatalogCodeR\aunknown\x127\n" +
+	"\vno_envelope\x18\b \x01(\v2\x16.retryd.v1.CatalogCodeR\n" +
+	"noEnvelope\x12\x18\n" +
+	"\alocales\x18\t \x03(\tR\alocales\x128\n" +
+	"\x18exhausted_terminal_state\x18\n" +
+	" \x01(\tR\x16exhaustedTerminalState\x12\x1d\n" +
+	"\n" +
+	"read_words\x18\v \x03(\tR\treadWords\x12\x1f\n" +
+	"\vwrite_words\x18\f \x03(\tR\n" +
+	"writeWords\"Y\n" +
+	"\aBackoff\x12\x17\n" +
+	"\abase_ms\x18\x01 \x01(\x04R\x06baseMs\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x02 \x01(\x01R\n" +
+	"multiplier\x12\x15\n" +
+	"\x06cap_ms\x18\x03 \x01(\x04R\x05capMs\"\xeb\x05\n" +
+	"\vCatalogCode\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\aaliases\x18\x02 \x03(\tR\aaliases\x12?\n" +
+	"\x0etarget_reached\x18\x03 \x01(\x0e2\x18.retryd.v1.TargetReachedR\rtargetReached\x125\n" +
+	"\fread_verdict\x18\x04 \x01(\x0e2\x12.retryd.v1.VerdictR\vreadVerdict\x127\n" +
+	"\rwrite_verdict\x18\x05 \x01(\x0e2\x12.retryd.v1.VerdictR\fwriteVerdict\x12\x14\n" +
+	"\x05delay\x18\x06 \x01(\tR\x05delay\x12\x1c\n" +
+	"\tcondition\x18\a \x01(\tR\tcondition\x12K\n" +
+	"\x15retried_write_verdict\x18\b \x01(\x0e2\x12.retryd.v1.VerdictH\x00R\x13retriedWriteVerdict\x88\x01\x01\x12[\n" +
+	"\x1ewrite_with_retry_after_verdict\x18\t \x01(\x0e2\x12.retryd.v1.VerdictH\x01R\x1awriteWithRetryAfterVerdict\x88\x01\x01\x12*\n" +
+	"\x04read\x18\n" +
+	" \x01(\v2\x16.retryd.v1.CatalogRuleR\x04read\x12,\n" +
+	"\x05write\x18\v \x01(\v2\x16.retryd.v1.CatalogRuleR\x05write\x12;\n" +
+	"\rretried_write\x18\f \x01(\v2\x16.retryd.v1.CatalogRuleR\fretriedWrite\x12K\n" +
+	"\x16write_with_retry_after\x18\r \x01(\v2\x16.retryd.v1.CatalogRuleR\x13writeWithRetryAfterB\x18\n" +
+	"\x16_retried_write_verdictB!\n" +
+	"\x1f_write_with_retry_after_verdict\"\xf3\x02\n" +
+	"\vCatalogRule\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12,\n" +
+	"\averdict\x18\x02 \x01(\x0e2\x12.retryd.v1.VerdictR\averdict\x12F\n" +
+	"\x11side_effect_state\x18\x03 \x01(\x0e2\x1a.retryd.v1.SideEffectStateR\x0fsideEffectState\x12/\n" +
+	"\x13required_transition\x18\x04 \x01(\tR\x12requiredTransition\x123\n" +
+	"\x15reconciliation_action\x18\x05 \x01(\tR\x14reconciliationAction\x12&\n" +
+	"\x05scope\x18\x06 \x01(\x0e2\x10.retryd.v1.ScopeR\x05scope\x124\n" +
+	"\x16reconcile_before_retry\x18\a \x01(\bR\x14reconcileBeforeRetry\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\x8f\x05\n" +
 	"\aFailure\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x126\n" +
@@ -1482,10 +2136,11 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSCOPE_REQUEST\x10\x01\x12\x10\n" +
-	"\fSCOPE_TENANT\x10\x022\xaf\x01\n" +
+	"\fSCOPE_TENANT\x10\x022\x80\x02\n" +
 	"\x14RetryDecisionService\x12C\n" +
 	"\bClassify\x12\x1a.retryd.v1.ClassifyRequest\x1a\x1b.retryd.v1.ClassifyResponse\x12R\n" +
-	"\rClassifyBatch\x12\x1f.retryd.v1.ClassifyBatchRequest\x1a .retryd.v1.ClassifyBatchResponseBI\n" +
+	"\rClassifyBatch\x12\x1f.retryd.v1.ClassifyBatchRequest\x1a .retryd.v1.ClassifyBatchResponse\x12O\n" +
+	"\fListCatalogs\x12\x1e.retryd.v1.ListCatalogsRequest\x1a\x1f.retryd.v1.ListCatalogsResponseBI\n" +
 	"\rdev.retryd.v1P\x01Z6github.com/retryd/retryd/examples/go/retrydv1;retrydv1b\x06proto3"
 
 var (
@@ -1501,7 +2156,7 @@ func file_retryd_v1_retryd_proto_rawDescGZIP() []byte {
 }
 
 var file_retryd_v1_retryd_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_retryd_v1_retryd_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_retryd_v1_retryd_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_retryd_v1_retryd_proto_goTypes = []any{
 	(OperationKind)(0),            // 0: retryd.v1.OperationKind
 	(Verdict)(0),                  // 1: retryd.v1.Verdict
@@ -1516,41 +2171,66 @@ var file_retryd_v1_retryd_proto_goTypes = []any{
 	(*ClassifyBatchResponse)(nil), // 10: retryd.v1.ClassifyBatchResponse
 	(*BatchResult)(nil),           // 11: retryd.v1.BatchResult
 	(*BatchSummary)(nil),          // 12: retryd.v1.BatchSummary
-	(*Failure)(nil),               // 13: retryd.v1.Failure
-	(*Decision)(nil),              // 14: retryd.v1.Decision
-	(*RetryContract)(nil),         // 15: retryd.v1.RetryContract
-	(*status.Status)(nil),         // 16: google.rpc.Status
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*ListCatalogsRequest)(nil),   // 13: retryd.v1.ListCatalogsRequest
+	(*ListCatalogsResponse)(nil),  // 14: retryd.v1.ListCatalogsResponse
+	(*Catalog)(nil),               // 15: retryd.v1.Catalog
+	(*Backoff)(nil),               // 16: retryd.v1.Backoff
+	(*CatalogCode)(nil),           // 17: retryd.v1.CatalogCode
+	(*CatalogRule)(nil),           // 18: retryd.v1.CatalogRule
+	(*Failure)(nil),               // 19: retryd.v1.Failure
+	(*Decision)(nil),              // 20: retryd.v1.Decision
+	(*RetryContract)(nil),         // 21: retryd.v1.RetryContract
+	(*status.Status)(nil),         // 22: google.rpc.Status
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_retryd_v1_retryd_proto_depIdxs = []int32{
-	13, // 0: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
-	14, // 1: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
-	13, // 2: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
+	19, // 0: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
+	20, // 1: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
+	19, // 2: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
 	11, // 3: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
 	12, // 4: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
-	14, // 5: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
-	16, // 6: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
-	0,  // 7: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
-	17, // 8: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 9: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
-	15, // 10: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
-	1,  // 11: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
-	15, // 12: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
-	2,  // 13: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
-	0,  // 14: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
-	6,  // 15: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
-	4,  // 16: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
-	17, // 17: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 18: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
-	7,  // 19: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
-	9,  // 20: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
-	8,  // 21: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
-	10, // 22: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
-	21, // [21:23] is the sub-list for method output_type
-	19, // [19:21] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 5: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
+	22, // 6: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
+	15, // 7: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
+	16, // 8: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
+	17, // 9: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
+	17, // 10: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
+	17, // 11: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
+	2,  // 12: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
+	1,  // 13: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
+	1,  // 14: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
+	1,  // 15: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
+	1,  // 16: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
+	18, // 17: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
+	18, // 18: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
+	18, // 19: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
+	18, // 20: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
+	1,  // 21: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
+	3,  // 22: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
+	6,  // 23: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
+	0,  // 24: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
+	23, // 25: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
+	5,  // 26: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
+	21, // 27: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
+	1,  // 28: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
+	21, // 29: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
+	2,  // 30: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
+	0,  // 31: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
+	6,  // 32: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
+	4,  // 33: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
+	23, // 34: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 35: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
+	7,  // 36: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
+	9,  // 37: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
+	13, // 38: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
+	8,  // 39: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
+	10, // 40: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
+	14, // 41: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
+	39, // [39:42] is the sub-list for method output_type
+	36, // [36:39] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_retryd_v1_retryd_proto_init() }
@@ -1562,15 +2242,16 @@ func file_retryd_v1_retryd_proto_init() {
 		(*BatchResult_Decision)(nil),
 		(*BatchResult_Error)(nil),
 	}
-	file_retryd_v1_retryd_proto_msgTypes[6].OneofWrappers = []any{}
-	file_retryd_v1_retryd_proto_msgTypes[8].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[10].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[12].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_retryd_v1_retryd_proto_rawDesc), len(file_retryd_v1_retryd_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   9,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RetryDecisionService_Classify_FullMethodName      = "/retryd.v1.RetryDecisionService/Classify"
 	RetryDecisionService_ClassifyBatch_FullMethodName = "/retryd.v1.RetryDecisionService/ClassifyBatch"
+	RetryDecisionService_ListCatalogs_FullMethodName  = "/retryd.v1.RetryDecisionService/ListCatalogs"
 )
 
 // RetryDecisionServiceClient is the client API for RetryDecisionService service.
@@ -38,13 +39,23 @@ const (
 // Decides whether, when and how a failed call may be retried.
 type RetryDecisionServiceClient interface {
 	// Decides one failure. Errors: INVALID_ARGUMENT (with google.rpc.BadRequest
-	// naming the field) for an unknown catalog or a field over its size limit.
+	// naming the field) for an unknown catalog or a field over its size limit;
+	// RESOURCE_EXHAUSTED for a request over the server's --max-message-bytes.
 	Classify(ctx context.Context, in *ClassifyRequest, opts ...grpc.CallOption) (*ClassifyResponse, error)
 	// Decides many failures, each by its own code and its own read/write
 	// meaning. One bad item gets its own error in its result and never fails
 	// the others; the call itself fails (INVALID_ARGUMENT) only when the batch
-	// is over the server's item limit.
+	// is over the server's item limit (or RESOURCE_EXHAUSTED when the request
+	// is over --max-message-bytes). A response for thousands of items can
+	// exceed a client's default 4 MiB receive limit: raise it, or send
+	// smaller batches.
 	ClassifyBatch(ctx context.Context, in *ClassifyBatchRequest, opts ...grpc.CallOption) (*ClassifyBatchResponse, error)
+	// Lists the catalogs of the policy in force (the embedded ones and any an
+	// operator loaded with --policy), each with its limits, backoff, codes and
+	// the verdict of every rule: what `retryd policy matrix` prints, as data.
+	// The whole answer comes from one policy snapshot; policy_version says
+	// which. Errors: INVALID_ARGUMENT for a locale over its size limit.
+	ListCatalogs(ctx context.Context, in *ListCatalogsRequest, opts ...grpc.CallOption) (*ListCatalogsResponse, error)
 }
 
 type retryDecisionServiceClient struct {
@@ -75,6 +86,16 @@ func (c *retryDecisionServiceClient) ClassifyBatch(ctx context.Context, in *Clas
 	return out, nil
 }
 
+func (c *retryDecisionServiceClient) ListCatalogs(ctx context.Context, in *ListCatalogsRequest, opts ...grpc.CallOption) (*ListCatalogsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCatalogsResponse)
+	err := c.cc.Invoke(ctx, RetryDecisionService_ListCatalogs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RetryDecisionServiceServer is the server API for RetryDecisionService service.
 // All implementations must embed UnimplementedRetryDecisionServiceServer
 // for forward compatibility.
@@ -82,13 +103,23 @@ func (c *retryDecisionServiceClient) ClassifyBatch(ctx context.Context, in *Clas
 // Decides whether, when and how a failed call may be retried.
 type RetryDecisionServiceServer interface {
 	// Decides one failure. Errors: INVALID_ARGUMENT (with google.rpc.BadRequest
-	// naming the field) for an unknown catalog or a field over its size limit.
+	// naming the field) for an unknown catalog or a field over its size limit;
+	// RESOURCE_EXHAUSTED for a request over the server's --max-message-bytes.
 	Classify(context.Context, *ClassifyRequest) (*ClassifyResponse, error)
 	// Decides many failures, each by its own code and its own read/write
 	// meaning. One bad item gets its own error in its result and never fails
 	// the others; the call itself fails (INVALID_ARGUMENT) only when the batch
-	// is over the server's item limit.
+	// is over the server's item limit (or RESOURCE_EXHAUSTED when the request
+	// is over --max-message-bytes). A response for thousands of items can
+	// exceed a client's default 4 MiB receive limit: raise it, or send
+	// smaller batches.
 	ClassifyBatch(context.Context, *ClassifyBatchRequest) (*ClassifyBatchResponse, error)
+	// Lists the catalogs of the policy in force (the embedded ones and any an
+	// operator loaded with --policy), each with its limits, backoff, codes and
+	// the verdict of every rule: what `retryd policy matrix` prints, as data.
+	// The whole answer comes from one policy snapshot; policy_version says
+	// which. Errors: INVALID_ARGUMENT for a locale over its size limit.
+	ListCatalogs(context.Context, *ListCatalogsRequest) (*ListCatalogsResponse, error)
 	mustEmbedUnimplementedRetryDecisionServiceServer()
 }
 
@@ -104,6 +135,9 @@ func (UnimplementedRetryDecisionServiceServer) Classify(context.Context, *Classi
 }
 func (UnimplementedRetryDecisionServiceServer) ClassifyBatch(context.Context, *ClassifyBatchRequest) (*ClassifyBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClassifyBatch not implemented")
+}
+func (UnimplementedRetryDecisionServiceServer) ListCatalogs(context.Context, *ListCatalogsRequest) (*ListCatalogsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCatalogs not implemented")
 }
 func (UnimplementedRetryDecisionServiceServer) mustEmbedUnimplementedRetryDecisionServiceServer() {}
 func (UnimplementedRetryDecisionServiceServer) testEmbeddedByValue()                              {}
@@ -162,6 +196,24 @@ func _RetryDecisionService_ClassifyBatch_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RetryDecisionService_ListCatalogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCatalogsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RetryDecisionServiceServer).ListCatalogs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RetryDecisionService_ListCatalogs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RetryDecisionServiceServer).ListCatalogs(ctx, req.(*ListCatalogsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RetryDecisionService_ServiceDesc is the grpc.ServiceDesc for RetryDecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -176,6 +228,10 @@ var RetryDecisionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClassifyBatch",
 			Handler:    _RetryDecisionService_ClassifyBatch_Handler,
+		},
+		{
+			MethodName: "ListCatalogs",
+			Handler:    _RetryDecisionService_ListCatalogs_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

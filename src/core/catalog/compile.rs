@@ -1,8 +1,6 @@
 //! Parsing and validating one catalog file into a [`Catalog`]. Every problem
 //! is collected, not just the first, so `retryd policy check` can list them.
 
-use std::collections::HashMap;
-
 use super::locate::{line_of, line_of_key};
 use super::source::{CatalogSource, CodeSource, RuleSource, TextSource};
 use super::{Backoff, Catalog, CodeEntry, DelayKind, LocalText, Rule};
@@ -130,7 +128,7 @@ impl Compiler<'_> {
         let read_words = words(s.operations.read, "read");
         let write_words = words(s.operations.write, "write");
 
-        let mut index = HashMap::new();
+        let mut index = rustc_hash::FxHashMap::default();
         let mut codes = Vec::with_capacity(s.codes.len());
         for (i, code) in s.codes.into_iter().enumerate() {
             let key = format!("codes[{i}]");

@@ -8,7 +8,7 @@ pub mod source;
 
 pub use compile::{CatalogError, compile_catalog};
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::core::model::{Locale, Operation, Scope, SideEffectState, TargetReached, TerminalState, Verdict};
 
@@ -155,7 +155,7 @@ pub struct Catalog {
     read_words: Vec<Box<str>>,
     write_words: Vec<Box<str>>,
     codes: Vec<CodeEntry>,
-    index: HashMap<Box<str>, usize>,
+    index: FxHashMap<Box<str>, usize>,
     unknown: CodeEntry,
     no_envelope: CodeEntry,
 }
