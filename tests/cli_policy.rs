@@ -68,3 +68,18 @@ fn matrix_refuses_unknown_catalogs_and_locales() {
     let out = retryd(&["policy", "matrix", "--locale", "de"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn classify_and_matrix_read_user_catalogs() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policies");
+    let out = retryd(&["policy", "matrix", "--catalog", "payments", "--policy", dir]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("| Code |"));
+    let out = retryd(&["classify", "--catalog", "payments", "--policy", dir, "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["catalog"], "payments");
+    let out = retryd(&["classify", "--policy", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--policy: /nonexistent"));
+}

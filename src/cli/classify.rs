@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use crate::core::{Decision, Failure, Operation, Policy, ReadBack, UnixMillis, decide, limits};
+use crate::core::{Decision, Failure, Operation, ReadBack, UnixMillis, decide, limits};
 
 /// Flags of `retryd classify`.
 #[derive(Debug, Args)]
@@ -62,6 +62,9 @@ pub struct ClassifyArgs {
     /// Output: text for people, json for the whole decision, asc for the seed's contract shape.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Catalog files or directories loaded on top of the embedded catalogs (repeatable).
+    #[arg(long, env = "RETRYD_POLICY", value_delimiter = ',')]
+    pub policy: Vec<std::path::PathBuf>,
     /// Decide as of this time instead of now (RFC 3339), for reproducible output.
     #[arg(long, value_parser = parse_deadline)]
     pub now: Option<UnixMillis>,
@@ -138,11 +141,11 @@ impl ClassifyArgs {
 
 /// Runs `retryd classify`: 0 on a decision, 2 on bad input.
 pub fn run(args: &ClassifyArgs) -> ExitCode {
-    let policy = match Policy::embedded() {
+    let policy = match crate::load::load_policy(&args.policy, crate::core::policy::DEFAULT_CATALOG) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("retryd: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("retryd classify: --policy: {e}");
+            return ExitCode::from(2);
         }
     };
     let failure = args.failure();

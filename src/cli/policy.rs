@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use crate::core::catalog::{Catalog, compile_catalog};
-use crate::core::{Locale, Policy, TargetReached, Verdict};
+use crate::core::{Locale, TargetReached, Verdict};
 use crate::load;
 
 /// `retryd policy …`
@@ -37,6 +37,9 @@ pub struct MatrixArgs {
     /// Language of the conditions: en or ru.
     #[arg(long, default_value = "en")]
     pub locale: String,
+    /// Catalog files or directories loaded on top of the embedded catalogs (repeatable).
+    #[arg(long, env = "RETRYD_POLICY", value_delimiter = ',')]
+    pub policy: Vec<PathBuf>,
 }
 
 /// Runs a `policy` subcommand.
@@ -78,11 +81,11 @@ fn check(paths: &[PathBuf]) -> ExitCode {
 }
 
 fn matrix_command(args: &MatrixArgs) -> ExitCode {
-    let policy = match Policy::embedded() {
+    let policy = match load::load_policy(&args.policy, crate::core::policy::DEFAULT_CATALOG) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("retryd: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("retryd policy matrix: --policy: {e}");
+            return ExitCode::from(2);
         }
     };
     let Some(locale) = Locale::parse(&args.locale) else {
