@@ -1,74 +1,8 @@
-//! One 1 000-item ClassifyBatch without the network: decode the request,
-//! decide every item (`RetryDecisionApi::classify_batch_at`, the synchronous
-//! body of the RPC), encode the response. Reported per batch and per item
-//! (criterion's throughput is items). Run: `cargo bench --bench batch`.
-//!
-//! The items are the load generator's mix (`src/bin/retryd-load/workload.rs`).
+//! One 1 000-item ClassifyBatch without the network: decode, decide every
+//! item, encode (the body is in `support/batch.rs`, shared with
+//! `batch_mimalloc`). Run: `cargo bench --bench batch`.
 
-use std::hint::black_box;
-use std::sync::Arc;
+#[path = "support/batch.rs"]
+mod batch;
 
-use arc_swap::ArcSwap;
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use prost::Message as _;
-use retryd::core::{Policy, UnixMillis};
-use retryd::grpc::{RetryDecisionApi, ServiceConfig, pb};
-
-#[allow(dead_code)]
-#[path = "../src/bin/retryd-load/workload.rs"]
-mod workload;
-
-const ITEMS: u32 = 1_000;
-
-fn batch(c: &mut Criterion) {
-    let policy = Policy::embedded().expect("embedded policy");
-    let api = RetryDecisionApi::new(Arc::new(ArcSwap::from_pointee(policy)), ServiceConfig::default());
-    let now = UnixMillis(1_786_190_400_000);
-    let mut rng = workload::Rng::new(0x5EED);
-    let wire = workload::batch_request(&mut rng, ITEMS, 0).encode_to_vec();
-
-    // The response must be real decisions, not errors, or the bench measures the wrong path.
-    let check = api
-        .classify_batch_at(
-            &pb::ClassifyBatchRequest::decode(wire.as_slice()).expect("decodes"),
-            now,
-        )
-        .expect("batch decided");
-    let summary = check.summary.expect("summary");
-    assert_eq!(check.results.len(), ITEMS as usize);
-    assert!(summary.errors < ITEMS / 10, "too many item errors: {summary:?}");
-    eprintln!(
-        "batch of {ITEMS}: request {} bytes, response {} bytes, {} item errors",
-        wire.len(),
-        check.encoded_len(),
-        summary.errors
-    );
-
-    let mut group = c.benchmark_group("classify_batch");
-    group.throughput(Throughput::Elements(u64::from(ITEMS)));
-    group.bench_function("decode_decide_encode/1000", |b| {
-        let mut out = Vec::with_capacity(check.encoded_len() * 2);
-        b.iter(|| {
-            let req = pb::ClassifyBatchRequest::decode(black_box(wire.as_slice())).expect("decodes");
-            let resp = api.classify_batch_at(&req, now).expect("decided");
-            out.clear();
-            resp.encode(&mut out).expect("encodes");
-            black_box(out.len())
-        })
-    });
-    group.bench_function("decide_only/1000", |b| {
-        let req = pb::ClassifyBatchRequest::decode(wire.as_slice()).expect("decodes");
-        b.iter(|| {
-            black_box(
-                api.classify_batch_at(black_box(&req), now)
-                    .expect("decided")
-                    .results
-                    .len(),
-            )
-        })
-    });
-    group.finish();
-}
-
-criterion_group!(benches, batch);
-criterion_main!(benches);
+criterion::criterion_main!(batch::benches);
