@@ -23,6 +23,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         // google.rpc.Status is the prost message tonic-types ships, so the
         // richer-error helpers work on BatchResult.error directly.
         .extern_path(".google.rpc", "::tonic_types")
+        // tonic-prost's codec answers undecodable requests INTERNAL; ours
+        // answers INVALID_ARGUMENT (src/grpc/codec.rs).
+        .codec_path("crate::grpc::codec::Codec")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -104,8 +104,12 @@ pub fn millis_from_timestamp(t: &Timestamp) -> UnixMillis {
 }
 
 /// [`UnixMillis`] as a protobuf `Timestamp`.
+/// Clamped to the range `google.protobuf.Timestamp` allows (0001-01-01 to
+/// 9999-12-31), so protojson tools can always print the answer.
 pub fn timestamp_from_millis(t: UnixMillis) -> Timestamp {
-    let (seconds, nanos) = t.to_seconds_nanos();
+    const MIN_MS: i64 = -62_135_596_800_000; // 0001-01-01T00:00:00Z
+    const MAX_MS: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+    let (seconds, nanos) = UnixMillis(t.0.clamp(MIN_MS, MAX_MS)).to_seconds_nanos();
     Timestamp { seconds, nanos }
 }
 

@@ -3,6 +3,7 @@
 //! implementation. Thin by design: every decision is the core's.
 
 pub mod catalogs;
+pub mod codec;
 pub mod convert;
 pub mod service;
 

@@ -1,0 +1,60 @@
+//! bytes → prost decode of `ClassifyRequest` and of `ClassifyBatchRequest`
+//! → the service's synchronous classify (a fixed `now`) → encode the
+//! response. Whatever the bytes, nothing may panic, an error is only ever
+//! INVALID_ARGUMENT, and what is encoded decodes back to the same message.
+#![no_main]
+
+use std::sync::{Arc, LazyLock};
+
+use arc_swap::ArcSwap;
+use libfuzzer_sys::fuzz_target;
+use prost::Message as _;
+use retryd::core::{Policy, UnixMillis};
+use retryd::grpc::pb;
+use retryd::grpc::{RetryDecisionApi, ServiceConfig};
+use tonic::Code;
+
+/// 2026-08-08T12:05:00Z, the instant the service's own unit tests use.
+const NOW: UnixMillis = UnixMillis(1_786_190_700_000);
+
+static API: LazyLock<RetryDecisionApi> = LazyLock::new(|| {
+    let policy = Policy::embedded().expect("embedded policy");
+    // A small batch limit so the over-limit branch is reachable with small inputs.
+    RetryDecisionApi::new(Arc::new(ArcSwap::from_pointee(policy)), ServiceConfig { max_batch: 64 })
+});
+
+fn check_decision(d: &pb::Decision) {
+    assert_ne!(d.verdict, pb::Verdict::Unspecified as i32, "{d:?}");
+    let retry = d.retry.as_ref().expect("every decision carries a contract");
+    assert!(retry.after_ms <= retry.max_after_ms, "jitter window: {retry:?}");
+}
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(req) = pb::ClassifyRequest::decode(data) {
+        match API.classify_at(&req, NOW) {
+            Ok(resp) => {
+                check_decision(resp.decision.as_ref().expect("a decision"));
+                let bytes = resp.encode_to_vec();
+                let back = pb::ClassifyResponse::decode(bytes.as_slice()).expect("response decodes");
+                assert_eq!(back, resp);
+            }
+            Err(status) => assert_eq!(status.code(), Code::InvalidArgument, "{status:?}"),
+        }
+    }
+    if let Ok(req) = pb::ClassifyBatchRequest::decode(data) {
+        match API.classify_batch_at(&req, NOW) {
+            Ok(resp) => {
+                assert_eq!(resp.results.len(), req.failures.len());
+                for r in &resp.results {
+                    if let Some(pb::batch_result::Outcome::Decision(d)) = &r.outcome {
+                        check_decision(d);
+                    }
+                }
+                let bytes = resp.encode_to_vec();
+                let back = pb::ClassifyBatchResponse::decode(bytes.as_slice()).expect("response decodes");
+                assert_eq!(back, resp);
+            }
+            Err(status) => assert_eq!(status.code(), Code::InvalidArgument, "{status:?}"),
+        }
+    }
+});

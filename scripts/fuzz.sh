@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target of fuzz/ for DURATION seconds each (default
+# 30), one after the other, single-process, so the machine stays usable.
+#
+#   scripts/fuzz.sh [SECONDS]
+#
+# Exits non-zero if a target crashes (panics, times out on one input, or runs
+# out of memory); libFuzzer prints the reproducer's path, which lands in
+# fuzz/artifacts/<target>/. Reproduce with
+#   cargo +nightly fuzz run <target> fuzz/artifacts/<target>/<file>
+# New inputs go to fuzz/target/corpus/<target>/ (not committed); the seeds
+# committed under fuzz/corpus/<target>/ are only read.
+#
+# Needs a nightly toolchain (libFuzzer's sanitizer flags); installs
+# cargo-fuzz with `cargo install cargo-fuzz --locked` if it is missing.
+# Builds are release with debug assertions and overflow checks (cargo-fuzz's
+# default), so an arithmetic overflow is a crash too.
+set -euo pipefail
+
+DURATION="${1:-30}"
+case "$DURATION" in
+  '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;;
+esac
+TARGETS=(classify_request policy_file)
+TOOLCHAIN="${FUZZ_TOOLCHAIN:-nightly}"
+
+cd "$(dirname "$0")/.."
+
+if ! rustup run "$TOOLCHAIN" rustc --version >/dev/null 2>&1; then
+  echo "fuzz.sh: the $TOOLCHAIN toolchain is missing: rustup toolchain install $TOOLCHAIN" >&2
+  exit 2
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz.sh: installing cargo-fuzz" >&2
+  timeout 1800 cargo install cargo-fuzz --locked
+fi
+
+# Build once, bounded; `fuzz run` then reuses the artifacts.
+timeout 3600 cargo "+$TOOLCHAIN" fuzz build
+
+status=0
+for target in "${TARGETS[@]}"; do
+  work="fuzz/target/corpus/$target"
+  mkdir -p "$work" "fuzz/artifacts/$target"
+  echo "fuzz.sh: $target for ${DURATION}s" >&2
+  # -timeout: one input running over 10 s is a hang; -rss_limit_mb: a leak
+  # or a blow-up is a crash; the outer timeout bounds everything else.
+  if ! timeout -k 30 "$((DURATION + 300))" cargo "+$TOOLCHAIN" fuzz run "$target" "$work" "fuzz/corpus/$target" -- \
+    -max_total_time="$DURATION" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1; then
+    echo "fuzz.sh: $target FAILED (see fuzz/artifacts/$target/)" >&2
+    status=1
+  fi
+done
+exit "$status"
