@@ -4,6 +4,7 @@
 //! The crate is layered: [`core`] is the pure decision engine (no I/O, `now`
 //! passed in); the gRPC adapter and server assembly are built on top of it.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
 pub mod cli;

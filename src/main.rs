@@ -1,5 +1,6 @@
 //! The `retryd` binary: parses the command line and dispatches.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::process::ExitCode;
 

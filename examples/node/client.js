@@ -3,6 +3,11 @@
 //
 //   node client.js [ADDR]        # default: $RETRYD_ADDR, else localhost:50051
 //
+// TLS (optional, from the environment): RETRYD_TLS_CA (PEM of the CA that
+// signed the server's certificate; setting it turns TLS on),
+// RETRYD_TLS_CLIENT_CERT and RETRYD_TLS_CLIENT_KEY (PEM, for mutual TLS),
+// RETRYD_TLS_SERVER_NAME (the name to verify instead of ADDR's host).
+//
 // The proto is loaded at run time with @grpc/proto-loader (no generated code).
 // Exit status: 0 when every answer is what the catalog promises, 1 when one is
 // not, 2 on a usage or RPC problem.
@@ -152,9 +157,22 @@ async function classifyBatch(client) {
   expect('summary.errors', s.errors, 1);
 }
 
+// Plaintext, or TLS (mutual with a client certificate) when RETRYD_TLS_CA is set.
+function channelSettings() {
+  const env = process.env;
+  if (!env.RETRYD_TLS_CA) return { credentials: grpc.credentials.createInsecure(), options: {} };
+  const read = (p) => (p ? require('node:fs').readFileSync(p) : null);
+  return {
+    credentials: grpc.credentials.createSsl(
+      read(env.RETRYD_TLS_CA), read(env.RETRYD_TLS_CLIENT_KEY), read(env.RETRYD_TLS_CLIENT_CERT)),
+    options: env.RETRYD_TLS_SERVER_NAME ? { 'grpc.ssl_target_name_override': env.RETRYD_TLS_SERVER_NAME } : {},
+  };
+}
+
 async function main() {
   const addr = process.argv[2] || process.env.RETRYD_ADDR || 'localhost:50051';
-  const client = new retrydV1.RetryDecisionService(addr, grpc.credentials.createInsecure());
+  const { credentials, options } = channelSettings();
+  const client = new retrydV1.RetryDecisionService(addr, credentials, options);
   try {
     await classify(client);
     await classifyBatch(client);

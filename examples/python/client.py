@@ -3,6 +3,11 @@
 
     python client.py [ADDR]        # default: $RETRYD_ADDR, else localhost:50051
 
+TLS (optional, all from the environment): RETRYD_TLS_CA (PEM of the CA that
+signed the server's certificate; setting it turns TLS on), RETRYD_TLS_CLIENT_CERT
+and RETRYD_TLS_CLIENT_KEY (PEM, for mutual TLS), RETRYD_TLS_SERVER_NAME (the
+name to verify instead of ADDR's host).
+
 Stubs are generated at run time from proto/ into _gen/ (git-ignored) with
 grpcio-tools, so they always match the proto. Exit status: 0 when every answer
 is what the catalog promises, 1 when one is not, 2 on a usage or RPC problem.
@@ -164,9 +169,25 @@ def classify_batch(stub: pb_grpc.RetryDecisionServiceStub) -> None:
     expect("summary.errors", s.errors, 1)
 
 
+def open_channel(addr: str) -> grpc.Channel:
+    """Plaintext, or TLS (mutual with a client certificate) when RETRYD_TLS_CA is set."""
+    ca = os.environ.get("RETRYD_TLS_CA")
+    if not ca:
+        return grpc.insecure_channel(addr)
+    cert, key = os.environ.get("RETRYD_TLS_CLIENT_CERT"), os.environ.get("RETRYD_TLS_CLIENT_KEY")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=Path(ca).read_bytes(),
+        private_key=Path(key).read_bytes() if key else None,
+        certificate_chain=Path(cert).read_bytes() if cert else None,
+    )
+    name = os.environ.get("RETRYD_TLS_SERVER_NAME")
+    options = [("grpc.ssl_target_name_override", name)] if name else []
+    return grpc.secure_channel(addr, credentials, options=options)
+
+
 def main() -> int:
     addr = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RETRYD_ADDR", "localhost:50051")
-    with grpc.insecure_channel(addr) as channel:
+    with open_channel(addr) as channel:
         stub = pb_grpc.RetryDecisionServiceStub(channel)
         try:
             classify(stub)

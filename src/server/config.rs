@@ -46,7 +46,28 @@ pub struct ServeArgs {
     /// e.g. `30s`, `500ms`, `2m` or plain seconds.
     #[arg(long, env = "RETRYD_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// Most calls handled at once, over all connections (health checks not
+    /// counted). A call over the limit is answered RESOURCE_EXHAUSTED at once
+    /// instead of being queued; 0 means no limit.
+    #[arg(long, env = "RETRYD_MAX_CONCURRENT_CALLS", default_value_t = DEFAULT_MAX_CONCURRENT_CALLS)]
+    pub max_concurrent_calls: u32,
+    /// Serve TLS with this certificate chain (PEM, leaf first); needs `--tls-key`.
+    #[arg(long, env = "RETRYD_TLS_CERT", value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of `--tls-cert`.
+    #[arg(long, env = "RETRYD_TLS_KEY", value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: require a client certificate signed by one of these CA
+    /// certificates (PEM); a client without one is refused at the handshake.
+    /// Needs `--tls-cert`.
+    #[arg(long, env = "RETRYD_TLS_CLIENT_CA", value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
+
+/// Default of `--max-concurrent-calls`: far above what two cores answer
+/// without queueing (a Classify takes microseconds), low enough that a flood
+/// is shed instead of piling up requests in memory.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: u32 = 1024;
 
 impl ServeArgs {
     /// The `--policy` paths given, empty entries (`RETRYD_POLICY=`, `a,,b`) dropped.
@@ -78,6 +99,35 @@ pub struct HealthArgs {
     /// (checked by the probe, so a bad value exits 1 like grpc_health_probe).
     #[arg(long, default_value = "1s")]
     pub timeout: String,
+    /// Connect with TLS (implied by an `https://` address and by any other
+    /// `--tls-*` flag). Without `--tls-ca` the system's roots are trusted.
+    #[arg(long, env = "RETRYD_HEALTH_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub tls: bool,
+    /// CA certificate(s) (PEM) to verify the server with.
+    #[arg(long, env = "RETRYD_HEALTH_TLS_CA", value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS; needs `--tls-key`.
+    #[arg(long, env = "RETRYD_HEALTH_TLS_CERT", value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, env = "RETRYD_HEALTH_TLS_KEY", value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// The name to verify the server's certificate against (default: the
+    /// host of `--addr`).
+    #[arg(long, env = "RETRYD_HEALTH_TLS_SERVER_NAME", value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl HealthArgs {
+    /// Whether the probe connects with TLS.
+    pub fn use_tls(&self) -> bool {
+        self.tls
+            || self.addr.starts_with("https://")
+            || self.tls_ca.is_some()
+            || self.tls_cert.is_some()
+            || self.tls_key.is_some()
+            || self.tls_server_name.is_some()
+    }
 }
 
 /// `--log-format` values.

@@ -10,6 +10,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use super::config::{HealthArgs, parse_duration};
+use super::tls;
 
 /// The service is SERVING.
 pub const EXIT_SERVING: u8 = 0;
@@ -47,17 +48,40 @@ pub async fn probe(args: &HealthArgs) -> u8 {
             return EXIT_BAD_ARGUMENTS;
         }
     };
-    let endpoint = match endpoint(&args.addr, timeout) {
+    let endpoint = match endpoint(&args.addr, timeout, args.use_tls()) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("error: --addr {:?}: {e}", args.addr);
             return EXIT_BAD_ARGUMENTS;
         }
     };
+    let endpoint = if args.use_tls() {
+        let config = match tls::client_config(
+            args.tls_ca.as_deref(),
+            args.tls_cert.as_deref(),
+            args.tls_key.as_deref(),
+            args.tls_server_name.as_deref(),
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_BAD_ARGUMENTS;
+            }
+        };
+        match endpoint.tls_config(config) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("error: TLS settings: {e}");
+                return EXIT_BAD_ARGUMENTS;
+            }
+        }
+    } else {
+        endpoint
+    };
     let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
         Ok(Ok(channel)) => channel,
         Ok(Err(e)) => {
-            eprintln!("error: failed to connect to {}: {e}", args.addr);
+            eprintln!("error: failed to connect to {}: {}", args.addr, error_chain(&e));
             return EXIT_CONNECTION_FAILURE;
         }
         Err(_) => {
@@ -95,12 +119,26 @@ pub async fn probe(args: &HealthArgs) -> u8 {
     }
 }
 
-/// `host:port` or a URL; a bare address is taken as `http://`.
-fn endpoint(addr: &str, timeout: Duration) -> Result<Endpoint, String> {
-    let uri = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
+/// An error and its sources (a TLS handshake failure is a few levels down).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// `host:port` or a URL; a bare address is taken as `http://`, or as
+/// `https://` with TLS (and `http://` is upgraded with TLS).
+fn endpoint(addr: &str, timeout: Duration, tls: bool) -> Result<Endpoint, String> {
+    let scheme = if tls { "https" } else { "http" };
+    let uri = match addr.split_once("://") {
+        Some(("http", rest)) => format!("{scheme}://{rest}"),
+        Some(_) => addr.to_owned(),
+        None => format!("{scheme}://{addr}"),
     };
     Endpoint::from_shared(uri)
         .map(|e| e.connect_timeout(timeout).timeout(timeout))
@@ -116,6 +154,11 @@ mod tests {
             addr: addr.to_owned(),
             service: String::new(),
             timeout: timeout.to_owned(),
+            tls: false,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_server_name: None,
         }
     }
 

@@ -13,17 +13,19 @@
 //! 1 when the server cannot start or fails (e.g. the address is in use),
 //! 2 for a bad configuration (a `--policy` that does not load — every error
 //! is logged as `file:line: key: message` —, an unknown default catalog, an
-//! invalid log filter; clap's own usage errors also exit 2).
+//! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
 
 pub mod config;
 pub mod health_probe;
 pub mod logging;
 pub mod message_limit;
 pub mod metrics;
+pub mod overload;
 pub mod panic;
 pub mod reload;
 pub mod run;
 pub mod shutdown;
+pub mod tls;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -82,7 +84,18 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let config = ServerConfig::from_args(&args);
+    let mut config = ServerConfig::from_args(&args);
+    config.tls = match tls::ServerTls::from_flags(
+        args.tls_cert.as_deref(),
+        args.tls_key.as_deref(),
+        args.tls_client_ca.as_deref(),
+    ) {
+        Ok(tls) => tls,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let handle = Arc::new(ArcSwap::from_pointee(policy));
     let result = runtime.block_on(async {
         // The recorder first, so the policy metrics land in it; SIGHUP is
@@ -97,7 +110,7 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
-            ExitCode::from(EXIT_FAILED)
+            ExitCode::from(if e.is_config() { EXIT_CONFIG } else { EXIT_FAILED })
         }
     }
 }

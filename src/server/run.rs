@@ -12,7 +12,9 @@ use tonic_health::ServingStatus;
 use super::config::{MetricsListen, ServeArgs};
 use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
+use super::overload::{SHED_TOTAL, ShedLayer};
 use super::panic::CatchPanicLayer;
+use super::tls::{ServerTls, TlsError};
 use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
 use crate::grpc::{PolicyHandle, RetryDecisionApi, SERVICE_NAME, ServiceConfig};
 
@@ -29,7 +31,26 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     /// Time in-flight calls get to finish after shutdown starts.
     pub shutdown_grace: Duration,
+    /// Most calls in flight over all connections (health not counted); 0: no limit.
+    pub max_concurrent_calls: usize,
+    /// TLS (and mutual TLS) settings; `None`: plaintext.
+    pub tls: Option<ServerTls>,
 }
+
+/// HTTP/2 streams one connection may have open at once (advertised in
+/// SETTINGS; a client wanting more waits for a free stream on its side).
+/// Bounds what one connection can hold open, e.g. streams that never send
+/// their request; well above the 200 of a load generator at `-c 200` over
+/// one connection. hyper's own default would be 200; tonic's is no limit.
+pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
+/// Server HTTP/2 PING interval on an idle connection, and how long the
+/// client has to answer: detects dead peers whose connections would
+/// otherwise hold their streams' memory forever.
+pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+/// See [`HTTP2_KEEPALIVE_INTERVAL`].
+pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// TCP keepalive on accepted sockets (dead peers behind silent networks).
+pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 impl ServerConfig {
     /// The server part of `retryd serve`'s flags.
@@ -40,6 +61,8 @@ impl ServerConfig {
             max_batch: usize::try_from(args.max_batch).unwrap_or(usize::MAX),
             max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
             shutdown_grace: args.shutdown_grace,
+            max_concurrent_calls: usize::try_from(args.max_concurrent_calls).unwrap_or(usize::MAX),
+            tls: None,
         }
     }
 }
@@ -63,11 +86,26 @@ pub enum ServerError {
     /// The gRPC transport failed.
     #[error("grpc server: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// A TLS file is unusable.
+    #[error("{0}")]
+    Tls(#[from] TlsError),
+    /// The TLS certificate or key was rejected.
+    #[error("--tls-cert/--tls-key/--tls-client-ca: {0}")]
+    TlsConfig(tonic::transport::Error),
+}
+
+impl ServerError {
+    /// Whether the error is the configuration's (exit 2) rather than the
+    /// environment's (exit 1).
+    pub fn is_config(&self) -> bool {
+        matches!(self, ServerError::Tls(_) | ServerError::TlsConfig(_))
+    }
 }
 
 /// A server whose listeners are bound; [`BoundServer::serve`] runs it.
 #[derive(Debug)]
 pub struct BoundServer {
+    builder: tonic::transport::Server,
     grpc: TcpListener,
     grpc_addr: SocketAddr,
     metrics: Option<(TcpListener, SocketAddr)>,
@@ -77,7 +115,15 @@ pub struct BoundServer {
 
 impl BoundServer {
     /// Binds the gRPC listener and, unless off, the metrics listener.
+    /// The TLS files are read (and checked) first.
     pub async fn bind(config: ServerConfig, policy: PolicyHandle) -> Result<Self, ServerError> {
+        let mut builder = tonic::transport::Server::builder()
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT));
+        if let Some(tls) = &config.tls {
+            builder = builder.tls_config(tls.load()?).map_err(ServerError::TlsConfig)?;
+        }
         let grpc = TcpListener::bind(config.listen)
             .await
             .map_err(|source| ServerError::Bind {
@@ -104,6 +150,7 @@ impl BoundServer {
             }
         };
         Ok(BoundServer {
+            builder,
             grpc,
             grpc_addr,
             metrics,
@@ -128,6 +175,7 @@ impl BoundServer {
     /// grace period ran out (that is logged).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let BoundServer {
+            builder,
             grpc,
             grpc_addr,
             metrics,
@@ -135,6 +183,7 @@ impl BoundServer {
             config,
         } = self;
         let prometheus = metrics::install();
+        let _metrics_upkeep = AbortOnDrop(tokio::spawn(metrics::upkeep(prometheus.clone())));
         let _metrics_task = metrics.map(|(listener, addr)| {
             tracing::info!("metrics on http://{addr}/metrics");
             AbortOnDrop(tokio::spawn(metrics::serve_endpoint(listener, prometheus)))
@@ -175,10 +224,22 @@ impl BoundServer {
             let _ = draining_tx.send(());
         };
 
-        tracing::info!("listening on {grpc_addr}");
-        let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-        let server = tonic::transport::Server::builder()
+        if config.max_concurrent_calls > 0 {
+            ::metrics::counter!(SHED_TOTAL).increment(0);
+        }
+        match &config.tls {
+            Some(ServerTls { client_ca: Some(_), .. }) => {
+                tracing::info!("listening on {grpc_addr} (TLS, client certificates required)")
+            }
+            Some(_) => tracing::info!("listening on {grpc_addr} (TLS)"),
+            None => tracing::info!("listening on {grpc_addr}"),
+        }
+        let incoming = TcpIncoming::from(grpc)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(TCP_KEEPALIVE));
+        let server = builder
             .layer(GrpcMetricsLayer)
+            .layer(ShedLayer::new(config.max_concurrent_calls))
             .layer(MessageLimitLayer::new(config.max_message_bytes))
             .layer(CatchPanicLayer)
             .add_service(health)

@@ -2,6 +2,9 @@
 //! on free ports, read its addresses from its log, talk to it.
 #![allow(dead_code)]
 
+pub mod proc;
+pub mod tls;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -4,10 +4,17 @@
 // connection problem.
 //
 //	go run ./cmd/retryd-example [ADDR]   # default $RETRYD_ADDR, else localhost:50051
+//
+// TLS (optional, from the environment): RETRYD_TLS_CA (PEM of the CA that
+// signed the server's certificate; setting it turns TLS on),
+// RETRYD_TLS_CLIENT_CERT and RETRYD_TLS_CLIENT_KEY (PEM, for mutual TLS),
+// RETRYD_TLS_SERVER_NAME (the name to verify instead of ADDR's host).
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"time"
@@ -15,6 +22,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	retrydv1 "github.com/retryd/retryd/examples/go/retrydv1"
@@ -29,7 +37,12 @@ func main() {
 		addr = "localhost:50051"
 	}
 
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := transportCredentials()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "retryd-example: TLS: %v\n", err)
+		os.Exit(2)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "retryd-example: %v\n", err)
 		os.Exit(2)
@@ -199,4 +212,30 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// transportCredentials: plaintext, or TLS (mutual with a client certificate)
+// when RETRYD_TLS_CA is set.
+func transportCredentials() (credentials.TransportCredentials, error) {
+	caFile := os.Getenv("RETRYD_TLS_CA")
+	if caFile == "" {
+		return insecure.NewCredentials(), nil
+	}
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s: no PEM certificate", caFile)
+	}
+	config := &tls.Config{RootCAs: roots, ServerName: os.Getenv("RETRYD_TLS_SERVER_NAME")}
+	if certFile := os.Getenv("RETRYD_TLS_CLIENT_CERT"); certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, os.Getenv("RETRYD_TLS_CLIENT_KEY"))
+		if err != nil {
+			return nil, err
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(config), nil
 }

@@ -1,0 +1,195 @@
+//! TLS through tonic's rustls (ring provider): the server side of
+//! `retryd serve --tls-cert/--tls-key[/--tls-client-ca]` and the client side
+//! of `retryd health --tls ...`.
+//!
+//! Certificates and keys are read once at start-up; a file that cannot be
+//! read or parsed is a configuration error (exit 2). The file contents are
+//! never logged, only their paths.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+
+/// How long a client gets to finish the TLS handshake before the connection
+/// is dropped (handshakes run concurrently, so a slow one blocks no other).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Server TLS settings: PEM file paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// Private key of the leaf.
+    pub key: PathBuf,
+    /// Mutual TLS: CA certificate(s) a client certificate must chain to.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// A TLS file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The file could not be read.
+    #[error("{flag} {path}: {source}")]
+    Read {
+        /// The flag that named the file.
+        flag: &'static str,
+        /// The path given.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file holds no PEM block of the expected kind.
+    #[error("{flag} {path}: no PEM {what} in the file")]
+    NoPem {
+        /// The flag that named the file.
+        flag: &'static str,
+        /// The path given.
+        path: PathBuf,
+        /// `CERTIFICATE` or `PRIVATE KEY`.
+        what: &'static str,
+    },
+    /// A flag needs another one.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Reads a PEM file and checks that it holds at least one block whose label
+/// ends with `what` (`CERTIFICATE`, `PRIVATE KEY`); rustls parses it later.
+fn read_pem(flag: &'static str, path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+        flag,
+        path: path.to_owned(),
+        source,
+    })?;
+    let text = String::from_utf8_lossy(&pem);
+    let found = text.lines().any(|l| {
+        l.trim()
+            .strip_prefix("-----BEGIN ")
+            .and_then(|rest| rest.strip_suffix("-----"))
+            .is_some_and(|label| label.ends_with(what))
+    });
+    if !found {
+        return Err(TlsError::NoPem {
+            flag,
+            path: path.to_owned(),
+            what,
+        });
+    }
+    Ok(pem)
+}
+
+impl ServerTls {
+    /// The TLS part of `retryd serve`'s flags (`None`: plaintext).
+    pub fn from_flags(
+        cert: Option<&Path>,
+        key: Option<&Path>,
+        client_ca: Option<&Path>,
+    ) -> Result<Option<Self>, TlsError> {
+        match (cert, key) {
+            (Some(cert), Some(key)) => Ok(Some(ServerTls {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+                client_ca: client_ca.map(Path::to_owned),
+            })),
+            (None, None) if client_ca.is_none() => Ok(None),
+            (None, None) => Err(TlsError::Usage("--tls-client-ca needs --tls-cert and --tls-key".into())),
+            _ => Err(TlsError::Usage("--tls-cert and --tls-key go together".into())),
+        }
+    }
+
+    /// Reads the files into tonic's server configuration (client
+    /// certificates required when `client_ca` is set).
+    pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
+        let cert = read_pem("--tls-cert", &self.cert, "CERTIFICATE")?;
+        let key = read_pem("--tls-key", &self.key, "PRIVATE KEY")?;
+        let mut config = ServerTlsConfig::new()
+            .identity(Identity::from_pem(cert, key))
+            .timeout(HANDSHAKE_TIMEOUT);
+        if let Some(ca) = &self.client_ca {
+            let ca = read_pem("--tls-client-ca", ca, "CERTIFICATE")?;
+            config = config
+                .client_ca_root(Certificate::from_pem(ca))
+                .client_auth_optional(false);
+        }
+        Ok(config)
+    }
+}
+
+/// The client TLS configuration of `retryd health`: trust `ca` (else the
+/// system roots), present `cert`/`key` if given, verify `server_name` (else
+/// the address's host).
+pub fn client_config(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    server_name: Option<&str>,
+) -> Result<ClientTlsConfig, TlsError> {
+    let mut config = ClientTlsConfig::new().timeout(HANDSHAKE_TIMEOUT);
+    config = match ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(read_pem("--tls-ca", ca, "CERTIFICATE")?)),
+        None => config.with_native_roots(),
+    };
+    match (cert, key) {
+        (Some(cert), Some(key)) => {
+            let cert = read_pem("--tls-cert", cert, "CERTIFICATE")?;
+            let key = read_pem("--tls-key", key, "PRIVATE KEY")?;
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        (None, None) => {}
+        _ => return Err(TlsError::Usage("--tls-cert and --tls-key go together".into())),
+    }
+    if let Some(name) = server_name {
+        config = config.domain_name(name);
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_go_together() {
+        let p = Path::new("x.pem");
+        assert!(matches!(ServerTls::from_flags(None, None, None), Ok(None)));
+        assert!(matches!(ServerTls::from_flags(Some(p), Some(p), Some(p)), Ok(Some(_))));
+        assert!(matches!(
+            ServerTls::from_flags(Some(p), None, None),
+            Err(TlsError::Usage(_))
+        ));
+        assert!(matches!(
+            ServerTls::from_flags(None, None, Some(p)),
+            Err(TlsError::Usage(_))
+        ));
+        assert!(client_config(None, Some(p), None, None).is_err());
+    }
+
+    #[test]
+    fn unreadable_or_not_pem() {
+        let missing = ServerTls {
+            cert: PathBuf::from("/nonexistent/cert.pem"),
+            key: PathBuf::from("/nonexistent/key.pem"),
+            client_ca: None,
+        };
+        let e = missing.load().map(|_| ()).unwrap_err().to_string();
+        assert!(e.starts_with("--tls-cert /nonexistent/cert.pem:"), "{e}");
+
+        let dir = std::env::temp_dir().join(format!("retryd-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("junk.pem");
+        std::fs::write(&junk, "not a certificate\n").unwrap();
+        let e = read_pem("--tls-cert", &junk, "CERTIFICATE")
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("no PEM CERTIFICATE in the file"), "{e}");
+        std::fs::write(
+            &junk,
+            "-----BEGIN EC PRIVATE KEY-----\nAA==\n-----END EC PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        assert!(read_pem("--tls-key", &junk, "PRIVATE KEY").is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
