@@ -297,13 +297,31 @@ async fn sigterm_during_load_drains_accepted_calls() {
         .iter()
         .filter_map(|c| c.result.as_ref().err())
         .filter(|(code, message)| {
+            // Under a loaded machine the same refusal can surface as another
+            // transport-level message (a reset, a broken pipe); what must never
+            // appear is an answer from the service itself other than OK.
+            let transport = [
+                "connection",
+                "GoAway",
+                "h2 protocol",
+                "transport",
+                "reset",
+                "broken pipe",
+            ]
+            .iter()
+            .any(|w| message.contains(w));
             let refused = *code == tonic::Code::Unavailable
-                || (*code == tonic::Code::Cancelled && message.contains("connection closed"))
-                || (*code == tonic::Code::Internal && message.contains("GoAway"));
+                || (matches!(
+                    code,
+                    tonic::Code::Cancelled | tonic::Code::Internal | tonic::Code::Unknown
+                ) && transport);
             !refused
         })
         .collect();
-    assert!(unexpected.is_empty(), "failures that are not refusals: {failures:#?}");
+    assert!(
+        unexpected.is_empty(),
+        "failures that are not refusals: {unexpected:#?} (all: {failures:#?})"
+    );
 }
 
 /// A storm of cancelled calls (futures dropped 0-2 ms in, big batches
