@@ -115,27 +115,8 @@ impl Args {
     }
 }
 
-/// Parses `250ms`, `10s`, `2m`, `1h`, `1.5s` or plain seconds (`10`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("not a duration: {s:?} (e.g. 10s, 500ms, 2m)"))?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "us" | "µs" => value / 1e6,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?} (use ms, s, m or h)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("not a duration: {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
+/// Durations read like `retryd serve`'s (`250ms`, `10s`, `2m`, `1h`, plain seconds).
+pub use retryd::server::config::parse_duration;
 
 /// A warm-up: a plain integer is a count of calls, anything with a unit a duration.
 pub fn parse_warmup(s: &str) -> Result<Warmup, String> {
@@ -148,16 +129,6 @@ pub fn parse_warmup(s: &str) -> Result<Warmup, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("10x").is_err());
-        assert!(parse_duration("").is_err());
-    }
 
     #[test]
     fn warmups() {
