@@ -24,6 +24,10 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+/// These tests load the machine hard (c=200, 1 000 connections, storms):
+/// run them one at a time so they do not distort each other's timing.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn classify_request(i: usize) -> pb::ClassifyRequest {
     let codes = [
         "BITRIX_TIMEOUT",
@@ -139,6 +143,7 @@ struct Call {
 /// reset or an INTERNAL; the process exits 0 well within the grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_load_drains_accepted_calls() {
+    let _serial = SERIAL.lock().await;
     const CALLERS: usize = 200;
     const CONNECTIONS: usize = 8;
     let grace = Duration::from_secs(10);
@@ -329,6 +334,7 @@ async fn sigterm_during_load_drains_accepted_calls() {
 /// server stays healthy, and its RSS and threads return near the baseline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_and_deadline_storm_leaves_the_server_healthy() {
+    let _serial = SERIAL.lock().await;
     let server = Server::start(&[]);
     let pid = server.pid();
     let (rss_start, threads_start) = (proc::rss_kib(pid), proc::threads(pid));
@@ -436,6 +442,7 @@ async fn storm(server: &Server) {
 /// (no leaked connection tasks or sockets).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_connections_open_and_close_without_leaks() {
+    let _serial = SERIAL.lock().await;
     const CONNECTIONS: usize = 1_000;
     const ROUNDS: usize = 3;
     let limit = open_files_limit();
@@ -507,6 +514,7 @@ async fn thousand_connections_open_and_close_without_leaks() {
 /// finish, calls are admitted again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_is_shed_quickly_and_health_is_not() {
+    let _serial = SERIAL.lock().await;
     const LIMIT: usize = 8;
     let server = Server::start(&["--max-concurrent-calls", "8"]);
     let pid = server.pid();

@@ -6,7 +6,7 @@
 //! INVALID_ARGUMENT carrying a `google.rpc.BadRequest` that names the field
 //! (`failure.<field>`, or `failures[i].<field>` inside a batch result).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
 use prost::Message as _;
@@ -52,27 +52,49 @@ impl Default for ServiceConfig {
 pub struct RetryDecisionApi {
     policy: PolicyHandle,
     config: ServiceConfig,
+    counters: Arc<ArcSwap<DecisionCounters>>,
 }
 
 impl RetryDecisionApi {
     /// A service deciding by whatever policy `policy` holds at each call.
     pub fn new(policy: PolicyHandle, config: ServiceConfig) -> Self {
-        RetryDecisionApi { policy, config }
+        RetryDecisionApi {
+            policy,
+            config,
+            counters: Arc::new(ArcSwap::from_pointee(DecisionCounters::default())),
+        }
+    }
+
+    /// The `retryd_decisions_total` handles of `policy`'s catalogs, rebuilt
+    /// (once, by whichever call sees it first) after a policy swap.
+    fn with_counters(&self, policy: &Arc<Policy>, f: impl FnOnce(&DecisionCounters)) {
+        let current = self.counters.load();
+        if current.is_for(policy) {
+            return f(&current);
+        }
+        drop(current);
+        let fresh = Arc::new(DecisionCounters::for_policy(policy));
+        f(&fresh);
+        self.counters.store(fresh);
     }
 
     /// Decides one request as of `now` (the synchronous body of Classify).
     pub fn classify_at(&self, req: &pb::ClassifyRequest, now: UnixMillis) -> Result<pb::ClassifyResponse, Status> {
-        let span = tracing::info_span!("Classify", catalog = Empty, code = Empty, verdict = Empty);
+        // One span per call at debug level: under the default `info` filter it
+        // is disabled, and a disabled span costs a cached callsite check
+        // instead of a registry slot and three field records per call.
+        let span = tracing::debug_span!("Classify", catalog = Empty, code = Empty, verdict = Empty);
         let _entered = span.enter();
         let policy = self.policy.load();
         let decided = classify_one(&policy, req, now);
         match &decided {
             Ok(d) => {
-                span.record("catalog", d.catalog);
-                span.record("code", d.code);
-                span.record("verdict", d.verdict.as_str());
-                metrics::counter!(DECISIONS_TOTAL, "catalog" => d.catalog.to_owned(), "verdict" => d.verdict.as_str())
-                    .increment(1);
+                if !span.is_disabled() {
+                    span.record("catalog", d.catalog);
+                    span.record("code", d.code);
+                    span.record("verdict", d.verdict.as_str());
+                }
+                self.with_counters(&policy, |c| c.increment(d.catalog, d.verdict, 1));
                 tracing::debug!("decided");
             }
             Err(v) => tracing::debug!(field = %v.field, "invalid argument"),
@@ -129,7 +151,7 @@ impl RetryDecisionApi {
                 outcome: Some(outcome),
             });
         }
-        tally.emit();
+        self.with_counters(&policy, |c| tally.emit(c));
         span.record("errors", summary.errors);
         tracing::debug!(
             retry_with_limit = summary.retry_with_limit,
@@ -295,7 +317,7 @@ struct Tally<'a> {
 
 impl<'a> Tally<'a> {
     fn add(&mut self, catalog: &'a str, verdict: Verdict) {
-        let slot = Verdict::ALL.iter().position(|v| *v == verdict).unwrap_or(0);
+        let slot = verdict_slot(verdict);
         match self.per_catalog.iter_mut().find(|(c, _)| *c == catalog) {
             Some((_, counts)) => counts[slot] += 1,
             None => {
@@ -306,13 +328,74 @@ impl<'a> Tally<'a> {
         }
     }
 
-    fn emit(&self) {
+    fn emit(&self, counters: &DecisionCounters) {
         for (catalog, counts) in &self.per_catalog {
             for (verdict, n) in Verdict::ALL.iter().zip(counts).filter(|(_, n)| **n > 0) {
-                metrics::counter!(DECISIONS_TOTAL, "catalog" => (*catalog).to_owned(), "verdict" => verdict.as_str())
-                    .increment(*n);
+                counters.increment(catalog, *verdict, *n);
             }
         }
+    }
+}
+
+/// The `retryd_decisions_total` counter handles of one policy: one slot per
+/// (loaded catalog, verdict), registered on first use (so the exposition
+/// shows only series that were counted, as before) and then reused, so a
+/// decision costs no registry lookup and no label allocation. Label values
+/// stay bounded: only the names of the policy's catalogs.
+#[derive(Default)]
+struct DecisionCounters {
+    /// The policy these are for (a `Weak` keeps its address from being reused).
+    policy: Weak<Policy>,
+    catalogs: Vec<(Box<str>, [OnceLock<metrics::Counter>; Verdict::ALL.len()])>,
+}
+
+impl std::fmt::Debug for DecisionCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionCounters")
+            .field("catalogs", &self.catalogs.iter().map(|(c, _)| c).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecisionCounters {
+    fn for_policy(policy: &Arc<Policy>) -> Self {
+        DecisionCounters {
+            policy: Arc::downgrade(policy),
+            catalogs: policy
+                .catalogs()
+                .iter()
+                .map(|c| (Box::from(&*c.name), Default::default()))
+                .collect(),
+        }
+    }
+
+    fn is_for(&self, policy: &Arc<Policy>) -> bool {
+        std::ptr::eq(self.policy.as_ptr(), Arc::as_ptr(policy))
+    }
+
+    fn increment(&self, catalog: &str, verdict: Verdict, n: u64) {
+        let v = verdict_slot(verdict);
+        // A handful of catalogs: a scan beats hashing the name.
+        match self.catalogs.iter().find(|(c, _)| **c == *catalog) {
+            Some((name, slots)) => slots[v]
+                .get_or_init(
+                    || metrics::counter!(DECISIONS_TOTAL, "catalog" => name.to_string(), "verdict" => verdict.as_str()),
+                )
+                .increment(n),
+            // Not reached: a decision names a catalog of the policy that made it.
+            None => metrics::counter!(DECISIONS_TOTAL, "catalog" => catalog.to_owned(), "verdict" => verdict.as_str())
+                .increment(n),
+        }
+    }
+}
+
+fn verdict_slot(verdict: Verdict) -> usize {
+    match verdict {
+        Verdict::RetryWithLimit => 0,
+        Verdict::StateVerificationRequired => 1,
+        Verdict::FixBeforeRetry => 2,
+        Verdict::DoNotRetry => 3,
+        Verdict::AlreadyApplied => 4,
     }
 }
 
@@ -338,6 +421,26 @@ mod tests {
     }
 
     const NOW: UnixMillis = UnixMillis(1_786_190_700_000);
+
+    #[test]
+    fn verdict_slots_follow_verdict_all() {
+        for (i, v) in Verdict::ALL.into_iter().enumerate() {
+            assert_eq!(verdict_slot(v), i, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn decision_counters_follow_the_policy() {
+        let api = api(10);
+        let first = api.policy.load_full();
+        api.with_counters(&first, |c| assert!(c.is_for(&first)));
+        assert!(api.counters.load().is_for(&first));
+        assert_eq!(api.counters.load().catalogs.len(), first.catalogs().len());
+        api.policy.store(Arc::new(Policy::embedded().expect("embedded policy")));
+        let second = api.policy.load_full();
+        api.with_counters(&second, |c| assert!(c.is_for(&second)));
+        assert!(!api.counters.load().is_for(&first));
+    }
 
     #[test]
     fn classify_requires_failure() {
