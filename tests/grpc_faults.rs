@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use grpc_support::{PATIENCE, Server, eventually, proc, sample};
+use grpc_support::{PATIENCE, Server, batch_calls_started, eventually, hold_a_call, proc, sample};
 use retryd::grpc::pb;
 use retryd::grpc::pb::retry_decision_service_client::RetryDecisionServiceClient;
 use tonic::transport::{Channel, Endpoint};
@@ -87,44 +87,6 @@ async fn assert_healthy(server: &Server) {
         .await
         .expect("Classify in time");
     assert!(answer.is_ok(), "{answer:?}");
-}
-
-/// Starts a ClassifyBatch whose request body the client holds open: the call
-/// is accepted and in the handler (waiting for the message) until the
-/// returned sender delivers it.
-fn hold_a_call(
-    channel: Channel,
-) -> (
-    tokio::sync::mpsc::Sender<pb::ClassifyBatchRequest>,
-    tokio::task::JoinHandle<Result<tonic::Response<pb::ClassifyBatchResponse>, tonic::Status>>,
-) {
-    let (tx, rx) = tokio::sync::mpsc::channel::<pb::ClassifyBatchRequest>(1);
-    let mut grpc = tonic::client::Grpc::new(channel);
-    let call = tokio::spawn(async move {
-        grpc.ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        let path = http::uri::PathAndQuery::from_static("/retryd.v1.RetryDecisionService/ClassifyBatch");
-        let codec = tonic_prost::ProstCodec::<pb::ClassifyBatchRequest, pb::ClassifyBatchResponse>::default();
-        grpc.client_streaming(
-            tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx)),
-            path,
-            codec,
-        )
-        .await
-    });
-    (tx, call)
-}
-
-/// Waits until the server has started `n` ClassifyBatch calls.
-async fn batch_calls_started(server: &Server, n: f64) {
-    let started =
-        r#"grpc_server_started_total{grpc_service="retryd.v1.RetryDecisionService",grpc_method="ClassifyBatch"}"#;
-    eventually(PATIENCE, "the held calls reached the server", || {
-        let seen = sample(&server.scrape(), started);
-        async move { (seen == Some(n)).then_some(()) }
-    })
-    .await;
 }
 
 /// One call's outcome in the SIGTERM test.

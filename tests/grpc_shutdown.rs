@@ -3,52 +3,22 @@
 
 mod grpc_support;
 
-use std::time::{Duration, Instant};
-
-use grpc_support::{PATIENCE, Server, sample};
+use grpc_support::{HeldCall, PATIENCE, Server};
 use retryd::grpc::pb;
 use tokio_stream::StreamExt as _;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-type HeldCall = tokio::task::JoinHandle<Result<tonic::Response<pb::ClassifyBatchResponse>, tonic::Status>>;
-
-/// Starts a ClassifyBatch on `channel` whose request body the client holds
-/// open: the call is in flight on the server (headers received) but cannot
-/// finish until the returned sender delivers the message. Returns once the
-/// server has counted the call as started.
+/// Holds a ClassifyBatch open until the returned sender delivers its
+/// message, and waits until the server has counted it as started.
 async fn hold_a_call(
     server: &Server,
     channel: tonic::transport::Channel,
 ) -> (tokio::sync::mpsc::Sender<pb::ClassifyBatchRequest>, HeldCall) {
-    let (tx, rx) = tokio::sync::mpsc::channel::<pb::ClassifyBatchRequest>(1);
-    let mut grpc = tonic::client::Grpc::new(channel);
-    let call = tokio::spawn(async move {
-        grpc.ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        let path = http::uri::PathAndQuery::from_static("/retryd.v1.RetryDecisionService/ClassifyBatch");
-        let codec = tonic_prost::ProstCodec::<pb::ClassifyBatchRequest, pb::ClassifyBatchResponse>::default();
-        grpc.client_streaming(
-            tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx)),
-            path,
-            codec,
-        )
-        .await
-    });
-    let started =
-        r#"grpc_server_started_total{grpc_service="retryd.v1.RetryDecisionService",grpc_method="ClassifyBatch"}"#;
-    let deadline = Instant::now() + PATIENCE;
-    while sample(&server.scrape(), started) != Some(1.0) {
-        assert!(
-            Instant::now() < deadline,
-            "the call never reached the server:\n{}",
-            server.scrape()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    (tx, call)
+    let held = grpc_support::hold_a_call(channel);
+    grpc_support::batch_calls_started(server, 1.0).await;
+    held
 }
 
 fn batch(n: usize) -> pb::ClassifyBatchRequest {

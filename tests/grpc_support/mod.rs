@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 use retryd::grpc::pb::retry_decision_service_client::RetryDecisionServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
+/// A ClassifyBatch call in flight, as `hold_a_call` returns it.
+pub type HeldCall =
+    tokio::task::JoinHandle<Result<tonic::Response<retryd::grpc::pb::ClassifyBatchResponse>, tonic::Status>>;
+
 /// How long the server gets to start and to stop before a test gives up.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -372,4 +376,45 @@ impl Load {
         }
         std::mem::take(&mut *self.report.lock().expect("report lock"))
     }
+}
+
+/// Starts a ClassifyBatch whose request body the client holds open: the call
+/// is accepted and in the handler (waiting for the message) until the
+/// returned sender delivers it.
+pub fn hold_a_call(
+    channel: Channel,
+) -> (
+    tokio::sync::mpsc::Sender<retryd::grpc::pb::ClassifyBatchRequest>,
+    HeldCall,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<retryd::grpc::pb::ClassifyBatchRequest>(1);
+    let mut grpc = tonic::client::Grpc::new(channel);
+    let call = tokio::spawn(async move {
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let path = http::uri::PathAndQuery::from_static("/retryd.v1.RetryDecisionService/ClassifyBatch");
+        let codec = tonic_prost::ProstCodec::<
+            retryd::grpc::pb::ClassifyBatchRequest,
+            retryd::grpc::pb::ClassifyBatchResponse,
+        >::default();
+        grpc.client_streaming(
+            tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx)),
+            path,
+            codec,
+        )
+        .await
+    });
+    (tx, call)
+}
+
+/// Waits until the server has started `n` ClassifyBatch calls.
+pub async fn batch_calls_started(server: &Server, n: f64) {
+    let started =
+        r#"grpc_server_started_total{grpc_service="retryd.v1.RetryDecisionService",grpc_method="ClassifyBatch"}"#;
+    eventually(PATIENCE, "the held calls reached the server", || {
+        let seen = sample(&server.scrape(), started);
+        async move { (seen == Some(n)).then_some(()) }
+    })
+    .await;
 }
