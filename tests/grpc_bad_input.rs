@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use grpc_support::Server;
+use grpc_support::{Server, failure};
 use prost::Message as _;
 use prost_types::Timestamp;
 use retryd::core::limits;
@@ -39,16 +39,6 @@ async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(CALL, fut)
         .await
         .unwrap_or_else(|_| panic!("{what}: no answer within {CALL:?} (the server hangs)"))
-}
-
-fn failure(catalog: &str, code: &str, op: pb::OperationKind) -> pb::Failure {
-    pb::Failure {
-        catalog: catalog.into(),
-        code: code.into(),
-        operation: op as i32,
-        attempt: 1,
-        ..Default::default()
-    }
 }
 
 /// An HTTP 503 on a read: retried with backoff unless something stops it.

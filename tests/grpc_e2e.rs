@@ -3,23 +3,13 @@
 
 mod grpc_support;
 
-use grpc_support::{Server, sample};
+use grpc_support::{Server, failure, sample};
 use retryd::grpc::pb::{self, batch_result::Outcome};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_types::{RpcStatusExt as _, StatusExt as _};
-
-fn failure(catalog: &str, code: &str, op: pb::OperationKind) -> pb::Failure {
-    pb::Failure {
-        catalog: catalog.into(),
-        code: code.into(),
-        operation: op as i32,
-        attempt: 1,
-        ..Default::default()
-    }
-}
 
 fn classify(f: pb::Failure) -> pb::ClassifyRequest {
     pb::ClassifyRequest {

@@ -53,7 +53,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// Every verdict, in the order of the proto enum.
+    /// Every verdict, in the order of the proto enum and of declaration.
     pub const ALL: [Verdict; 5] = [
         Verdict::RetryWithLimit,
         Verdict::StateVerificationRequired,
@@ -61,6 +61,11 @@ impl Verdict {
         Verdict::DoNotRetry,
         Verdict::AlreadyApplied,
     ];
+
+    /// Position in [`Verdict::ALL`] (and in per-verdict arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
 
     /// A verdict a catalog rule may name (`already_applied` only comes from a read-back).
     pub fn from_catalog_word(word: &str) -> Option<Verdict> {

@@ -418,3 +418,14 @@ pub async fn batch_calls_started(server: &Server, n: f64) {
     })
     .await;
 }
+
+/// A first-attempt failure of `code` in `catalog` for operation `op`.
+pub fn failure(catalog: &str, code: &str, op: retryd::grpc::pb::OperationKind) -> retryd::grpc::pb::Failure {
+    retryd::grpc::pb::Failure {
+        catalog: catalog.into(),
+        code: code.into(),
+        operation: op as i32,
+        attempt: 1,
+        ..Default::default()
+    }
+}

@@ -291,3 +291,10 @@ fn unknown_and_empty_codes_have_their_own_reasons() {
     assert_ne!(unknown.reason, empty.reason);
     assert!(empty.reason.contains("envelope"), "{}", empty.reason);
 }
+
+#[test]
+fn verdict_index_follows_verdict_all() {
+    for (i, v) in Verdict::ALL.into_iter().enumerate() {
+        assert_eq!(v.index(), i, "{v:?}");
+    }
+}
