@@ -232,8 +232,8 @@ impl Reloader {
                 tracing::debug!(trigger, policy_version = %version, "policy reload: unchanged");
             }
             ReloadOutcome::Refused(errors) => {
-                metrics::counter!(RELOAD_TOTAL, "result" => "error").increment(1);
-                metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(0.0);
+                // Log before counting: whoever is alerted by the counter finds
+                // the file and line already in the log.
                 let serving = self.handle.load().version().to_owned();
                 for e in errors {
                     tracing::error!(trigger, policy_version = %serving, "policy reload refused: {e}");
@@ -244,6 +244,8 @@ impl Reloader {
                     errors = errors.len(),
                     "policy reload refused; the previous policy keeps serving"
                 );
+                metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(0.0);
+                metrics::counter!(RELOAD_TOTAL, "result" => "error").increment(1);
             }
         }
     }

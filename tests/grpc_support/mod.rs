@@ -30,6 +30,8 @@ pub struct Server {
     /// Metrics address.
     pub metrics: SocketAddr,
     log: Arc<Mutex<Vec<String>>>,
+    /// The thread that copies stderr into `log`; joined once the process exits.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -59,15 +61,15 @@ impl Server {
         let stderr = child.stderr.take().expect("stderr piped");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel::<String>();
-        {
+        let reader = {
             let log = Arc::clone(&log);
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     log.lock().expect("log lock").push(line.clone());
                     let _ = tx.send(line);
                 }
-            });
-        }
+            })
+        };
         let deadline = Instant::now() + PATIENCE;
         let (mut addr, mut metrics) = (None, None);
         while addr.is_none() || metrics.is_none() {
@@ -95,6 +97,7 @@ impl Server {
             addr: addr.expect("addr"),
             metrics: metrics.expect("metrics"),
             log,
+            reader: Some(reader),
         }
     }
 
@@ -152,6 +155,11 @@ impl Server {
         let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // The process is gone, so its stderr ends: read the last lines
+                // before anyone looks at the log.
+                if let Some(reader) = self.reader.take() {
+                    let _ = reader.join();
+                }
                 return status;
             }
             assert!(Instant::now() < deadline, "server did not exit; log:\n{}", self.log());
@@ -162,6 +170,17 @@ impl Server {
     /// The stderr lines so far.
     pub fn log(&self) -> String {
         self.log.lock().expect("log lock").join("\n")
+    }
+
+    /// Waits until every needle is in the log; the log is read from the
+    /// child's stderr by another thread, so it lags what the server did.
+    pub async fn until_logged(&self, needles: &[&str]) -> String {
+        let what = format!("log lines containing {needles:?}");
+        eventually(PATIENCE, &what, || async {
+            let log = self.log();
+            needles.iter().all(|n| log.contains(n)).then_some(log)
+        })
+        .await
     }
 
     /// GET /metrics.
