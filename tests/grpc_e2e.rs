@@ -191,6 +191,67 @@ async fn batch_answers_in_order_and_isolates_bad_items() {
     assert_eq!(read_slot, 1);
 }
 
+/// ClassifyBatch decodes into, and answers in, storage of earlier batches
+/// (`grpc::pool`): an answer must carry nothing of the batch before it.
+/// Each item is checked against Classify, which does not pool.
+#[tokio::test]
+async fn a_batch_answer_carries_nothing_of_the_batch_before() {
+    let server = Server::start(&[]);
+    let mut client = server.client().await;
+    let secret = |i: usize| {
+        let mut f = failure("asc", "RESULT_STATE_UNKNOWN", pb::OperationKind::Write);
+        f.idempotency_key = format!("secret-key-{i}");
+        f.idempotency_key_enforced = true;
+        f.request_id = format!("secret-request-{i}");
+        f.tenant = "secret-tenant".into();
+        f.retry_after = "tomorrow".into();
+        f.upstream = Some(pb::RetryContract {
+            reconciliation_action: Some("secret-action".into()),
+            ..Default::default()
+        });
+        f
+    };
+    let earlier = pb::ClassifyBatchRequest {
+        failures: (0..50).map(secret).collect(),
+        locale: "ru".into(),
+    };
+    let first = client.classify_batch(earlier).await.expect("first batch").into_inner();
+    assert_eq!(first.results.len(), 50);
+
+    let plain = vec![
+        failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Read),
+        pb::Failure::default(),
+        failure("no-such-catalog", "X", pb::OperationKind::Write),
+        failure("grpc", "UNAVAILABLE", pb::OperationKind::Read),
+    ];
+    for _ in 0..3 {
+        let resp = client
+            .classify_batch(pb::ClassifyBatchRequest {
+                failures: plain.clone(),
+                locale: String::new(),
+            })
+            .await
+            .expect("later batch")
+            .into_inner();
+        assert_eq!(resp.results.len(), plain.len());
+        assert!(
+            !format!("{resp:?}").contains("secret"),
+            "an earlier batch leaked into {resp:#?}"
+        );
+        for (i, (result, f)) in resp.results.iter().zip(&plain).enumerate() {
+            assert_eq!(result.index as usize, i);
+            let single = client.classify(classify(f.clone())).await;
+            match (&result.outcome, single) {
+                (Some(Outcome::Decision(d)), Ok(single)) => {
+                    assert_eq!(Some(d), single.into_inner().decision.as_ref(), "item {i}")
+                }
+                (Some(Outcome::Error(e)), Err(single)) => assert_eq!(e.code, single.code() as i32, "item {i}"),
+                (batch, single) => panic!("item {i}: batch {batch:?}, Classify {single:?}"),
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn batch_over_the_limit_fails_whole() {
     let server = Server::start(&[]);

@@ -12,7 +12,8 @@ use arc_swap::ArcSwap;
 use criterion::{Criterion, Throughput, criterion_group};
 use prost::Message as _;
 use retryd::core::{Policy, UnixMillis};
-use retryd::grpc::{RetryDecisionApi, ServiceConfig, pb};
+use retryd::grpc::codec::{self, Pooled as _};
+use retryd::grpc::{RetryDecisionApi, ServiceConfig, pb, pool};
 
 #[allow(dead_code)]
 #[path = "../../src/bin/retryd-load/workload.rs"]
@@ -46,7 +47,23 @@ fn batch(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("classify_batch");
     group.throughput(Throughput::Elements(u64::from(ITEMS)));
+    // What the server does with a call, pools included: the codec decodes
+    // into pooled failures, the handler gives them back once decided, and the
+    // codec gives the response back once encoded.
     group.bench_function("decode_decide_encode/1000", |b| {
+        let mut out = Vec::with_capacity(check.encoded_len() * 2);
+        b.iter(|| {
+            let req = pb::ClassifyBatchRequest::decode_pooled(black_box(wire.as_slice())).expect("decodes");
+            let resp = api.classify_batch_at(&req, now).expect("decided");
+            pool::recycle_request(req);
+            out.clear();
+            codec::encode_and_recycle(resp, &mut out);
+            black_box(out.len())
+        })
+    });
+    // The same without the pools (nothing is given back, so they stay empty):
+    // every string allocated and freed.
+    group.bench_function("decode_decide_encode_unpooled/1000", |b| {
         let mut out = Vec::with_capacity(check.encoded_len() * 2);
         b.iter(|| {
             let req = pb::ClassifyBatchRequest::decode(black_box(wire.as_slice())).expect("decodes");

@@ -1,6 +1,9 @@
-//! bytes → prost decode of `ClassifyRequest` and of `ClassifyBatchRequest`
-//! → the service's synchronous classify (a fixed `now`) → encode the
-//! response. Whatever the bytes, nothing may panic, an error is only ever
+//! bytes → prost decode of `ClassifyRequest`, and the service's pooled
+//! decode of `ClassifyBatchRequest` → the service's synchronous classify (a
+//! fixed `now`) → encode the response → give request and response back to
+//! the pools, as the server does. Whatever the bytes, nothing may panic, the
+//! pooled decode accepts exactly what prost accepts and yields the same
+//! message (whatever earlier inputs left in the pool), an error is only ever
 //! INVALID_ARGUMENT, and what is encoded decodes back to the same message.
 #![no_main]
 
@@ -10,7 +13,7 @@ use arc_swap::ArcSwap;
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;
 use retryd::core::{Policy, UnixMillis};
-use retryd::grpc::pb;
+use retryd::grpc::{pb, pool};
 use retryd::grpc::{RetryDecisionApi, ServiceConfig};
 use tonic::Code;
 
@@ -41,8 +44,12 @@ fuzz_target!(|data: &[u8]| {
             Err(status) => assert_eq!(status.code(), Code::InvalidArgument, "{status:?}"),
         }
     }
-    if let Ok(req) = pb::ClassifyBatchRequest::decode(data) {
-        match API.classify_batch_at(&req, NOW) {
+    let pooled = pool::decode_batch_request(data);
+    let fresh = pb::ClassifyBatchRequest::decode(data);
+    assert_eq!(pooled.as_ref().ok(), fresh.as_ref().ok(), "pooled decode differs from prost's");
+    if let Ok(req) = pooled {
+        let decided = API.classify_batch_at(&req, NOW);
+        match &decided {
             Ok(resp) => {
                 assert_eq!(resp.results.len(), req.failures.len());
                 for r in &resp.results {
@@ -52,9 +59,13 @@ fuzz_target!(|data: &[u8]| {
                 }
                 let bytes = resp.encode_to_vec();
                 let back = pb::ClassifyBatchResponse::decode(bytes.as_slice()).expect("response decodes");
-                assert_eq!(back, resp);
+                assert_eq!(&back, resp);
             }
             Err(status) => assert_eq!(status.code(), Code::InvalidArgument, "{status:?}"),
+        }
+        pool::recycle_request(req);
+        if let Ok(resp) = decided {
+            pool::recycle_response(resp);
         }
     }
 });

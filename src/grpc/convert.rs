@@ -2,7 +2,8 @@
 //!
 //! Requests are mapped by borrowing: a core [`Failure`] points into the
 //! decoded prost message, so nothing is copied on the way in. Strings are
-//! only allocated when the response message is built.
+//! only copied when the response message is built, into the strings of an
+//! earlier response where there is one (`decision_into_proto`).
 //!
 //! Enum numbers are open on the wire (proto3): a number this build does not
 //! know maps to the "not given" value rather than failing the call.
@@ -60,40 +61,106 @@ pub fn contract_from_proto(c: &pb::RetryContract) -> RetryContract<'_> {
 
 /// Builds the proto decision (the only place strings are copied).
 pub fn decision_to_proto(d: &Decision<'_>) -> pb::Decision {
-    pb::Decision {
-        verdict: verdict_to_proto(d.verdict) as i32,
-        retry: Some(contract_to_proto(&d.retry)),
-        target_reached: target_reached_to_proto(d.target_reached) as i32,
-        catalog: d.catalog.to_owned(),
-        code: d.code.to_owned(),
-        known_code: d.known_code,
-        operation: operation_to_proto(d.operation) as i32,
-        operation_inferred: d.operation_inferred,
-        reason: d.reason.to_owned(),
-        rule: d.rule.to_owned(),
-        policy_version: d.policy_version.to_owned(),
-        required_transition: d.required_transition.unwrap_or_default().to_owned(),
-        scope: scope_to_proto(d.scope) as i32,
-        request_id: d.request_id.to_owned(),
-        terminal_state: d.terminal_state.map(|t| t.as_str()).unwrap_or_default().to_owned(),
-        warnings: d.warnings.iter().map(|w| w.message().to_owned()).collect(),
+    let mut out = pb::Decision::default();
+    decision_into_proto(d, &mut out);
+    out
+}
+
+/// Writes `d` over `out`, reusing the capacity of its strings (a batch
+/// response is built in slots of an earlier one). Every field is written:
+/// the destructuring names them all, so a field added to the proto does not
+/// compile until it is written here, and nothing of an earlier decision can
+/// be left behind.
+pub fn decision_into_proto(d: &Decision<'_>, out: &mut pb::Decision) {
+    let pb::Decision {
+        verdict,
+        retry,
+        target_reached,
+        catalog,
+        code,
+        known_code,
+        operation,
+        operation_inferred,
+        reason,
+        rule,
+        policy_version,
+        required_transition,
+        scope,
+        request_id,
+        terminal_state,
+        warnings,
+    } = out;
+    *verdict = verdict_to_proto(d.verdict) as i32;
+    contract_into_proto(&d.retry, retry.get_or_insert_with(Default::default));
+    *target_reached = target_reached_to_proto(d.target_reached) as i32;
+    overwrite(catalog, d.catalog);
+    overwrite(code, d.code);
+    *known_code = d.known_code;
+    *operation = operation_to_proto(d.operation) as i32;
+    *operation_inferred = d.operation_inferred;
+    overwrite(reason, d.reason);
+    overwrite(rule, d.rule);
+    overwrite(policy_version, d.policy_version);
+    overwrite(required_transition, d.required_transition.unwrap_or_default());
+    *scope = scope_to_proto(d.scope) as i32;
+    overwrite(request_id, d.request_id);
+    overwrite(terminal_state, d.terminal_state.map(|t| t.as_str()).unwrap_or_default());
+    let mut n = 0;
+    for w in d.warnings.iter() {
+        match warnings.get_mut(n) {
+            Some(slot) => overwrite(slot, w.message()),
+            None => warnings.push(w.message().to_owned()),
+        }
+        n += 1;
     }
+    warnings.truncate(n);
 }
 
 /// Builds a proto retry contract.
 pub fn contract_to_proto(c: &RetryContract<'_>) -> pb::RetryContract {
-    pb::RetryContract {
-        retryable: c.retryable,
-        safe: c.safe,
-        after_ms: c.after_ms,
-        max_after_ms: c.max_after_ms,
-        strategy: strategy_to_proto(c.strategy) as i32,
-        attempt: c.attempt,
-        max_attempts: c.max_attempts,
-        deadline: c.deadline.map(timestamp_from_millis),
-        idempotency_key: c.idempotency_key.map(str::to_owned),
-        side_effect_state: side_effect_to_proto(c.side_effect_state) as i32,
-        reconciliation_action: c.reconciliation_action.map(str::to_owned),
+    let mut out = pb::RetryContract::default();
+    contract_into_proto(c, &mut out);
+    out
+}
+
+/// Writes `c` over `out`, every field, reusing string capacity.
+pub fn contract_into_proto(c: &RetryContract<'_>, out: &mut pb::RetryContract) {
+    let pb::RetryContract {
+        retryable,
+        safe,
+        after_ms,
+        max_after_ms,
+        strategy,
+        attempt,
+        max_attempts,
+        deadline,
+        idempotency_key,
+        side_effect_state,
+        reconciliation_action,
+    } = out;
+    *retryable = c.retryable;
+    *safe = c.safe;
+    *after_ms = c.after_ms;
+    *max_after_ms = c.max_after_ms;
+    *strategy = strategy_to_proto(c.strategy) as i32;
+    *attempt = c.attempt;
+    *max_attempts = c.max_attempts;
+    *deadline = c.deadline.map(timestamp_from_millis);
+    overwrite_optional(idempotency_key, c.idempotency_key);
+    *side_effect_state = side_effect_to_proto(c.side_effect_state) as i32;
+    overwrite_optional(reconciliation_action, c.reconciliation_action);
+}
+
+/// `*slot = value.to_owned()`, without a new allocation when `slot` can hold it.
+fn overwrite(slot: &mut String, value: &str) {
+    slot.clear();
+    slot.push_str(value);
+}
+
+fn overwrite_optional(slot: &mut Option<String>, value: Option<&str>) {
+    match value {
+        Some(v) => overwrite(slot.get_or_insert_with(String::new), v),
+        None => *slot = None,
     }
 }
 
@@ -273,5 +340,88 @@ mod tests {
         assert_eq!(core.locale, "ru-RU");
         assert_eq!(core.upstream.and_then(|u| u.idempotency_key), Some("k"));
         assert_eq!(core.deadline, None);
+    }
+
+    /// A decision written over a slot that held another one equals the
+    /// decision built fresh: no string, warning, option or number of the
+    /// earlier one survives.
+    #[test]
+    fn a_reused_slot_keeps_nothing_of_the_earlier_decision() {
+        let policy = crate::core::Policy::embedded().expect("embedded policy");
+        let now = UnixMillis(1_786_190_400_000);
+        let failures = [
+            pb::Failure {
+                code: "QUERY_LIMIT_EXCEEDED".into(),
+                operation: pb::OperationKind::Write as i32,
+                idempotency_key: "order-1".into(),
+                idempotency_key_enforced: true,
+                request_id: "r-1".into(),
+                retry_after: "tomorrow".into(),
+                ..Default::default()
+            },
+            pb::Failure {
+                catalog: "asc".into(),
+                code: "RESULT_STATE_UNKNOWN".into(),
+                operation: pb::OperationKind::Write as i32,
+                idempotency_key: "k".into(),
+                idempotency_key_enforced: true,
+                ..Default::default()
+            },
+            pb::Failure {
+                code: "NO_SUCH_CODE".into(),
+                method: "crm.deal.get".into(),
+                ..Default::default()
+            },
+            pb::Failure::default(),
+        ];
+        let decisions: Vec<Decision<'_>> = failures
+            .iter()
+            .map(|f| crate::core::decide(&policy, &failure_from_proto(f, "ru"), now).expect("decides"))
+            .collect();
+        assert!(
+            decisions.iter().any(|d| !d.warnings.is_empty()),
+            "one decision must warn"
+        );
+        assert!(decisions.iter().any(|d| d.retry.reconciliation_action.is_some()));
+        assert!(decisions.iter().any(|d| d.retry.idempotency_key.is_some()));
+        let junk = pb::Decision {
+            verdict: 99,
+            retry: Some(pb::RetryContract {
+                retryable: true,
+                safe: true,
+                after_ms: 7,
+                max_after_ms: 7,
+                strategy: 99,
+                attempt: 7,
+                max_attempts: 7,
+                deadline: Some(Timestamp { seconds: 7, nanos: 7 }),
+                idempotency_key: Some("junk".repeat(100)),
+                side_effect_state: 99,
+                reconciliation_action: Some("junk".into()),
+            }),
+            target_reached: 99,
+            catalog: "junk".into(),
+            code: "junk".into(),
+            known_code: true,
+            operation: 99,
+            operation_inferred: true,
+            reason: "junk".repeat(100),
+            rule: "junk".into(),
+            policy_version: "junk".into(),
+            required_transition: "junk".into(),
+            scope: 99,
+            request_id: "junk".into(),
+            terminal_state: "junk".into(),
+            warnings: vec!["junk".into(); 5],
+        };
+        let mut earlier: Vec<pb::Decision> = decisions.iter().map(decision_to_proto).collect();
+        earlier.push(junk);
+        for d in &decisions {
+            for before in &earlier {
+                let mut slot = before.clone();
+                decision_into_proto(d, &mut slot);
+                assert_eq!(slot, decision_to_proto(d));
+            }
+        }
     }
 }

@@ -5,6 +5,7 @@
 pub mod catalogs;
 pub mod codec;
 pub mod convert;
+pub mod pool;
 pub mod service;
 
 pub use service::{PolicyHandle, RetryDecisionApi, ServiceConfig};

@@ -15,9 +15,10 @@ use tonic_types::{ErrorDetails, StatusExt as _};
 use tracing::field::Empty;
 
 use super::catalogs::list_catalogs;
-use super::convert::{decision_to_proto, failure_from_proto};
+use super::convert::{decision_into_proto, decision_to_proto, failure_from_proto};
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
+use super::pool;
 use crate::core::limits::{self, FieldViolation};
 use crate::core::{DecideError, Decision, Policy, UnixMillis, Verdict, decide};
 
@@ -132,24 +133,30 @@ impl RetryDecisionApi {
         let policy = self.policy.load();
         let mut summary = pb::BatchSummary::default();
         let mut tally = Tally::default();
-        let mut results = Vec::with_capacity(req.failures.len());
+        // Slots of an earlier response: each is overwritten whole.
+        let mut results = pool::take_results();
+        results.truncate(req.failures.len());
+        results.reserve(req.failures.len() - results.len());
         for (i, failure) in req.failures.iter().enumerate() {
-            let index = u32::try_from(i).unwrap_or(u32::MAX);
-            let outcome = match decide_failure(&policy, failure, &req.locale, now, |f| format!("failures[{i}].{f}")) {
+            if i == results.len() {
+                results.push(pb::BatchResult::default());
+            }
+            let slot = &mut results[i];
+            slot.index = u32::try_from(i).unwrap_or(u32::MAX);
+            match decide_failure(&policy, failure, &req.locale, now, |f| format!("failures[{i}].{f}")) {
                 Ok(d) => {
                     count(&mut summary, d.verdict);
                     tally.add(d.catalog, d.verdict);
-                    pb::batch_result::Outcome::Decision(decision_to_proto(&d))
+                    match &mut slot.outcome {
+                        Some(pb::batch_result::Outcome::Decision(reused)) => decision_into_proto(&d, reused),
+                        other => *other = Some(pb::batch_result::Outcome::Decision(decision_to_proto(&d))),
+                    }
                 }
                 Err(v) => {
                     summary.errors += 1;
-                    pb::batch_result::Outcome::Error(v.into_rpc_status())
+                    slot.outcome = Some(pb::batch_result::Outcome::Error(v.into_rpc_status()));
                 }
-            };
-            results.push(pb::BatchResult {
-                index,
-                outcome: Some(outcome),
-            });
+            }
         }
         self.with_counters(&policy, |c| tally.emit(c));
         span.record("errors", summary.errors);
@@ -201,12 +208,21 @@ impl RetryDecisionService for RetryDecisionApi {
     ) -> Result<Response<pb::ClassifyBatchResponse>, Status> {
         let now = UnixMillis::now();
         let req = request.into_inner();
+        // Decided, the request's failures are given back for the next request
+        // to decode into (see `pool`).
         if req.failures.len() <= BLOCKING_BATCH {
-            return self.classify_batch_at(&req, now).map(Response::new);
+            let decided = self.classify_batch_at(&req, now);
+            pool::recycle_request(req);
+            return decided.map(Response::new);
         }
         let this = self.clone();
         let span = tracing::Span::current();
-        match tokio::task::spawn_blocking(move || span.in_scope(|| this.classify_batch_at(&req, now))).await {
+        let decide = move || {
+            let decided = span.in_scope(|| this.classify_batch_at(&req, now));
+            pool::recycle_request(req);
+            decided
+        };
+        match tokio::task::spawn_blocking(decide).await {
             Ok(result) => result.map(Response::new),
             Err(e) => {
                 tracing::error!(error = %e, "ClassifyBatch worker failed");
