@@ -71,21 +71,29 @@ static RESPONSES: Pool<Vec<pb::BatchResult>> = Pool::new();
 /// method of `prost::Message`, pinned with prost 0.14), so unknown fields,
 /// `locale` and wire-type errors behave exactly as prost's decode.
 pub fn decode_batch_request(mut buf: impl Buf) -> Result<pb::ClassifyBatchRequest, DecodeError> {
-    let mut spare = REQUESTS.take().unwrap_or_default();
+    // The vector too is reused: growing a new one item by item moved every
+    // failure decoded so far at each doubling.
+    let mut failures = REQUESTS.take().unwrap_or_default();
+    let mut decoded = 0;
     let mut req = pb::ClassifyBatchRequest::default();
     let ctx = DecodeContext::default();
     while buf.has_remaining() {
         let (tag, wire_type) = decode_key(&mut buf)?;
         if tag == FAILURES_TAG && wire_type == WireType::LengthDelimited {
-            let mut failure = spare.pop().unwrap_or_default();
+            if decoded == failures.len() {
+                failures.push(pb::Failure::default());
+            }
+            let failure = &mut failures[decoded];
             failure.clear();
-            message::merge(wire_type, &mut failure, &mut buf, ctx.clone())?;
-            req.failures.push(failure);
+            message::merge(wire_type, failure, &mut buf, ctx.clone())?;
+            decoded += 1;
         } else {
             // Also a `failures` key of the wrong wire type: prost's error.
             req.merge_field(tag, wire_type, &mut buf, ctx.clone())?;
         }
     }
+    failures.truncate(decoded);
+    req.failures = failures;
     Ok(req)
 }
 
