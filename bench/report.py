@@ -37,9 +37,18 @@ def ghz_numbers(d):
 rounds = []
 for r in range(1, ROUNDS + 1):
     row = {k: ghz_numbers(load(f"r{r}-{k}.json")) for k in ("classify", "health", "greeter")}
+    for k in ("classify", "health", "greeter"):
+        cpu = load(f"r{r}-{k}.json.cpu")
+        row[k]["server_us"] = cpu["server_s"] * 1e6 / max(row[k]["count"], 1)
+        row[k]["client_us"] = cpu["client_s"] * 1e6 / max(row[k]["count"], 1)
     b = load(f"r{r}-batch.json")
     row["batch"] = {"dps": b["decisions_per_s"], "rps": b["rps"], "p99": b["p99_ms"], "count": b["count"],
                     "bad": b["count"] - b["status"].get("OK", 0) + b["item_errors"]}
+    cpu = load(f"r{r}-batch.json.cpu")
+    # Per decision; the warm-up's decisions are not in `decisions` but its CPU is.
+    warm = float(E["WARM"].rstrip("s")) * b["decisions_per_s"]
+    row["batch"]["server_us"] = cpu["server_s"] * 1e6 / max(b["decisions"] + warm, 1)
+    row["batch"]["client_us"] = cpu["client_s"] * 1e6 / max(b["decisions"] + warm, 1)
     rounds.append(row)
 
 med = statistics.median
@@ -106,6 +115,16 @@ per_round = table(
     ("round", "Classify req/s", "Health req/s", "greeter req/s", "C/H", "C/greeter", "p99 C/H", "batch decisions/s"),
 )
 targets = table(checks, ("target", "measured", "goal", ""))
+cpu = table(
+    [
+        (name, f"{m(k, 'server_us'):.1f}", f"{m(k, 'client_us'):.1f}", f"{m(k, 'server_us') + m(k, 'client_us'):.1f}",
+         f"{m(k, 'client_us') / (m(k, 'server_us') + m(k, 'client_us')):.0%}")
+        for name, k in (("ghz Classify (retryd)", "classify"), ("ghz Health/Check (retryd, floor)", "health"),
+                        ("ghz SayHello (grpc-go greeter)", "greeter"),
+                        (f"retryd-load ClassifyBatch, per decision", "batch"))
+    ],
+    ("run (median of rounds)", "server CPU µs/call", "client CPU µs/call", "both", "client share"),
+)
 rss = (f"RSS of a fresh retryd under Classify c={E['RSS_C']} over {E['RSS_CONNS']} connections: "
        f"idle {int(E['RSS_IDLE']) / MIB:.1f} MiB, {E['RSS_AT']} s {rss_early:.1f} MiB, "
        f"{E['RSS_FOR']} s {rss_late:.1f} MiB, peak (VmHWM) {rss_hwm:.1f} MiB, {E['THREADS']} threads; "
@@ -118,6 +137,8 @@ print()
 print(per_round)
 print()
 print(targets)
+print()
+print(cpu)
 print()
 print(rss)
 if errors:
@@ -181,6 +202,16 @@ retryd-load --addr http://ADDR --call classify -c {E['RSS_C']} --connections {E[
 ## Per round
 
 {per_round}
+
+## Where the CPU goes
+
+CPU seconds (user + system, from /proc/PID/stat for the server and the shell's
+`time` for the client, ghz or retryd-load) over each run, per call (per
+decision for the batch, whose warm-up is counted in). Client and server share the cores: a
+throughput ratio between two ghz runs is limited by whichever side the extra
+work per call is on.
+
+{cpu}
 
 ## Memory
 

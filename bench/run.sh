@@ -134,7 +134,8 @@ SERVE_PID="$RETRYD_PID"
 GREETER_PORT="$(free_port)"
 # greeter_server logs every request: its log goes to /dev/null (the write stays in its cost).
 "$GREETER" -port "$GREETER_PORT" 2>/dev/null &
-PIDS+=("$!")
+GREETER_PID=$!
+PIDS+=("$GREETER_PID")
 for i in $(seq 100); do
   (echo >"/dev/tcp/127.0.0.1/$GREETER_PORT") 2>/dev/null && break
   sleep 0.1
@@ -146,8 +147,31 @@ log "retryd on $SERVE_ADDR (pid $SERVE_PID), greeter_server on 127.0.0.1:$GREETE
 GHZ_COMMON=(--insecure -c "$C" --connections 1 --duration-stop wait --timeout 20s)
 RUN_TIMEOUT=$((DUR_S + 60))
 
-# ghz_run KIND DURATION OUTFILE
+# CPU seconds (user + system) a process has used so far.
+cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+
+# ghz_run KIND DURATION OUTFILE: also writes OUTFILE.cpu, the CPU seconds the
+# server and ghz spent in the run (both share the machine's cores, so this
+# says which side a throughput ratio is limited by).
 ghz_run() {
+  local server_pid="$SERVE_PID"
+  [[ "$1" == greeter ]] && server_pid="$GREETER_PID"
+  with_cpu "$server_pid" "$3" ghz_call "$@"
+}
+
+# with_cpu SERVER_PID OUTFILE COMMAND...: runs COMMAND, writes OUTFILE.cpu.
+with_cpu() {
+  local server_pid="$1" out="$2" before after
+  shift 2
+  before="$(cpu_of "$server_pid")"
+  local TIMEFORMAT='%3U %3S'
+  { time "$@" 2>&3; } 3>&2 2>"$out.time"
+  after="$(cpu_of "$server_pid")"
+  awk -v b="$before" -v a="$after" '{ printf "{\"server_s\": %.2f, \"client_s\": %.3f}\n", a - b, $1 + $2 }' \
+    "$out.time" >"$out.cpu"
+}
+
+ghz_call() {
   local kind="$1" dur="$2" out="$3"
   case "$kind" in
     classify)
@@ -160,7 +184,9 @@ ghz_run() {
   esac
 }
 
-batch_run() {
+batch_run() { with_cpu "$SERVE_PID" "$2" batch_call "$@"; }
+
+batch_call() {
   timeout "$RUN_TIMEOUT" "$LOAD" --addr "http://$SERVE_ADDR" --call batch --batch-size "$BATCH_ITEMS" \
     -c "$BATCH_C" --connections 1 -z "$1" --warmup "$WARM" --json >"$2"
 }
@@ -200,7 +226,7 @@ wait "$LOAD_PID"
 NPROC="$(nproc)"
 CPU="$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
-export WORK ROUNDS DUR C BATCH_ITEMS BATCH_C RSS_C RSS_CONNS RSS_AT RSS_FOR RSS_IDLE RSS_EARLY RSS_LATE RSS_HWM \
+export WORK ROUNDS DUR WARM C BATCH_ITEMS BATCH_C RSS_C RSS_CONNS RSS_AT RSS_FOR RSS_IDLE RSS_EARLY RSS_LATE RSS_HWM \
   RSS_SERVE_AFTER THREADS NPROC CPU LOADAVG QUICK GREETER_PIN WRITE ROOT TARGET_DIR
 # ghz built by `go install` reports "dev": take the module version from the binary.
 GHZ_VERSION="$(go version -m "$GHZ" 2>/dev/null | awk '$1 == "mod" { print $3; exit }')"
