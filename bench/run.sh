@@ -214,9 +214,15 @@ timeout $((RSS_FOR + 60)) "$LOAD" --addr "http://$RETRYD_ADDR" --call classify -
   -z "${RSS_FOR}s" --json >"$WORK/rss-load.json" &
 LOAD_PID=$!
 PIDS+=("$LOAD_PID")
+# VmRSS once a second from RSS_AT on: RSS under load moves by a MiB or two
+# from second to second (allocator arenas), so two lone readings can show a
+# "growth" that is only that jitter; report.py compares medians and a slope.
 sleep "$RSS_AT"
 RSS_EARLY="$(awk '/VmRSS/ {print $2}' "/proc/$RSS_PID/status")"
-sleep $((RSS_FOR - RSS_AT - 1))
+for ((s = RSS_AT; s < RSS_FOR - 1; s++)); do
+  echo "$s $(awk '/VmRSS/ {print $2}' "/proc/$RSS_PID/status")" >>"$WORK/rss-samples.txt"
+  sleep 1
+done
 RSS_LATE="$(awk '/VmRSS/ {print $2}' "/proc/$RSS_PID/status")"
 RSS_HWM="$(awk '/VmHWM/ {print $2}' "/proc/$RSS_PID/status")"
 THREADS="$(awk '/Threads/ {print $2}' "/proc/$RSS_PID/status")"
