@@ -101,6 +101,8 @@ pub fn decode_batch_request(mut buf: impl Buf) -> Result<pb::ClassifyBatchReques
 pub fn recycle_request(req: pb::ClassifyBatchRequest) {
     let mut failures = req.failures;
     failures.truncate(POOLED_ITEMS);
+    // A 10 000-item batch left a vector with room for 10 000.
+    failures.shrink_to(POOLED_ITEMS);
     for failure in &mut failures {
         if string_bytes(failure) > POOLED_FAILURE_BYTES {
             *failure = pb::Failure::default();
@@ -118,6 +120,7 @@ pub fn take_results() -> Vec<pb::BatchResult> {
 pub fn recycle_response(resp: pb::ClassifyBatchResponse) {
     let mut results = resp.results;
     results.truncate(POOLED_ITEMS);
+    results.shrink_to(POOLED_ITEMS);
     RESPONSES.give(results);
 }
 
@@ -206,6 +209,25 @@ mod tests {
         }
         assert_eq!(pool.free.lock().expect("lock").len(), POOLED);
         assert!(string_bytes(&failure(4, &"k".repeat(256))) <= POOLED_FAILURE_BYTES);
+    }
+
+    #[test]
+    fn a_huge_batch_leaves_no_more_than_pooled_items_behind() {
+        let req = request(POOLED_ITEMS * 3, "k");
+        let decoded = decode_batch_request(req.encode_to_vec().as_slice()).expect("decodes");
+        assert_eq!(decoded.failures.len(), POOLED_ITEMS * 3);
+        recycle_request(decoded);
+        recycle_response(pb::ClassifyBatchResponse {
+            results: vec![pb::BatchResult::default(); POOLED_ITEMS * 3],
+            summary: None,
+        });
+        // Other tests share the pools: every vector in them must be within bounds.
+        for failures in REQUESTS.free.lock().expect("lock").iter() {
+            assert!(failures.len() <= POOLED_ITEMS && failures.capacity() <= 2 * POOLED_ITEMS);
+        }
+        for results in RESPONSES.free.lock().expect("lock").iter() {
+            assert!(results.len() <= POOLED_ITEMS && results.capacity() <= 2 * POOLED_ITEMS);
+        }
     }
 
     proptest! {
