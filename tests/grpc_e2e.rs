@@ -3,7 +3,7 @@
 
 mod grpc_support;
 
-use grpc_support::{Server, failure, sample};
+use grpc_support::{Server, failure, reflect, sample};
 use retryd::grpc::pb::{self, batch_result::Outcome};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
@@ -366,27 +366,11 @@ async fn health_probe_subcommand_exit_codes() {
 
 #[tokio::test]
 async fn reflection_lists_the_services() {
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
     let server = Server::start(&[]);
-    let mut client = ServerReflectionClient::new(server.channel().await);
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut stream = client
-        .server_reflection_info(tokio_stream::iter([request]))
-        .await
-        .expect("reflection")
-        .into_inner();
-    let response = stream
-        .message()
-        .await
-        .expect("reflection response")
-        .expect("one response");
+    let response = reflect(server.channel().await, MessageRequest::ListServices(String::new())).await;
     let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
         panic!("unexpected reflection answer: {response:?}");
     };
@@ -400,20 +384,11 @@ async fn reflection_lists_the_services() {
     }
 
     // The service's file (and its google.rpc.Status import) can be described.
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::FileContainingSymbol("retryd.v1.BatchResult".into())),
-    };
-    let mut stream = client
-        .server_reflection_info(tokio_stream::iter([request]))
-        .await
-        .expect("reflection")
-        .into_inner();
-    let response = stream
-        .message()
-        .await
-        .expect("reflection response")
-        .expect("one response");
+    let response = reflect(
+        server.channel().await,
+        MessageRequest::FileContainingSymbol("retryd.v1.BatchResult".into()),
+    )
+    .await;
     assert!(
         matches!(response.message_response, Some(MessageResponse::FileDescriptorResponse(ref f)) if !f.file_descriptor_proto.is_empty()),
         "{response:?}"

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use grpc_support::{PATIENCE, Server, batch_calls_started, eventually, hold_a_call, proc, sample};
+use grpc_support::{PATIENCE, Server, batch_calls_started, eventually, hold_a_call, proc, sample, watch_serving};
 use retryd::grpc::pb;
 use retryd::grpc::pb::retry_decision_service_client::RetryDecisionServiceClient;
 use tonic::transport::{Channel, Endpoint};
@@ -119,15 +119,7 @@ async fn sigterm_during_load_drains_accepted_calls() {
         v
     };
     // Health is watched on connection 0, which also carries load.
-    let mut watch = HealthClient::new(channels[0].clone())
-        .watch(HealthCheckRequest { service: String::new() })
-        .await
-        .expect("Watch")
-        .into_inner();
-    assert_eq!(
-        watch.message().await.expect("watch").expect("status").status(),
-        ServingStatus::Serving
-    );
+    let mut watch = watch_serving(channels[0].clone()).await;
     let (held_tx, held_call) = hold_a_call(channels[1].clone());
     batch_calls_started(&server, 1.0).await;
 

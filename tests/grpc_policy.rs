@@ -8,7 +8,7 @@ mod grpc_support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use grpc_support::{Load, Server, TempDir, eventually, sample, serve_expecting_exit};
+use grpc_support::{Load, Server, TempDir, eventually, reflect, sample, serve_expecting_exit};
 use retryd::grpc::pb;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -132,6 +132,20 @@ async fn serving(server: &Server) -> bool {
     status == ServingStatus::Serving as i32
 }
 
+/// Serves `--policy policy` (plus `extra` flags) under a Classify load of
+/// the `mine` catalog, once the policy's version is deciding; returns that
+/// version.
+async fn serve_under_load(policy: &Path, extra: &[&str]) -> (String, Server, Load) {
+    let v1 = version_of(&[policy]);
+    let mut args = vec!["--policy", policy.to_str().expect("utf-8")];
+    args.extend_from_slice(extra);
+    let server = Server::start(&args);
+    let load = Load::start(&server, CLIENTS, classify_mine()).await;
+    until_version(&server, &v1).await;
+    load.more_calls(CALLS_BETWEEN).await;
+    (v1, server, load)
+}
+
 fn info_series(version: &str) -> String {
     format!("retryd_policy_info{{version=\"{version}\"}}")
 }
@@ -236,11 +250,7 @@ async fn editing_the_file_reloads_under_load() {
     let dir = TempDir::new("edit");
     let file = dir.join("mine.toml");
     std::fs::write(&file, catalog("mine", 3)).expect("write");
-    let v1 = version_of(&[&dir.0]);
-    let server = Server::start(&["--policy", dir.as_str()]);
-    let load = Load::start(&server, CLIENTS, classify_mine()).await;
-    until_version(&server, &v1).await;
-    load.more_calls(CALLS_BETWEEN).await;
+    let (v1, server, load) = serve_under_load(&dir.0, &[]).await;
 
     // An edit in place (truncate and write), as an editor or `cp` does it.
     std::fs::write(&file, catalog("mine", 2)).expect("edit");
@@ -275,12 +285,8 @@ async fn sighup_reloads_when_not_watching() {
     let dir = TempDir::new("sighup");
     let file = dir.join("mine.toml");
     std::fs::write(&file, catalog("mine", 3)).expect("write");
-    let v1 = version_of(&[&file]);
     // The file itself is given, its directory is not watched: only SIGHUP reloads.
-    let server = Server::start(&["--policy", file.to_str().expect("utf-8"), "--policy-watch", "false"]);
-    let load = Load::start(&server, CLIENTS, classify_mine()).await;
-    until_version(&server, &v1).await;
-    load.more_calls(CALLS_BETWEEN).await;
+    let (v1, server, load) = serve_under_load(&file, &["--policy-watch", "false"]).await;
 
     // SIGHUP with nothing changed: unchanged.
     server.hangup();
@@ -310,11 +316,7 @@ async fn a_broken_policy_is_refused_and_the_old_one_keeps_serving() {
     let dir = TempDir::new("broken");
     let file = dir.join("mine.toml");
     std::fs::write(&file, catalog("mine", 3)).expect("write");
-    let v1 = version_of(&[&dir.0]);
-    let server = Server::start(&["--policy", dir.as_str()]);
-    let load = Load::start(&server, CLIENTS, classify_mine()).await;
-    until_version(&server, &v1).await;
-    load.more_calls(CALLS_BETWEEN).await;
+    let (v1, server, load) = serve_under_load(&dir.0, &[]).await;
 
     // Invalid TOML, then a valid file with an invalid value: both refused.
     replace_file(&file, "name = \"mine\"\nmax_attempts = [\n");
@@ -387,11 +389,7 @@ async fn a_configmap_symlink_swap_reloads() {
             "dir" => dir.0.clone(),
             _ => dir.join("mine.toml"),
         };
-        let v1 = version_of(&[&policy]);
-        let server = Server::start(&["--policy", policy.to_str().expect("utf-8")]);
-        let load = Load::start(&server, CLIENTS, classify_mine()).await;
-        until_version(&server, &v1).await;
-        load.more_calls(CALLS_BETWEEN).await;
+        let (v1, server, load) = serve_under_load(&policy, &[]).await;
 
         configmap_update(&dir, "2026_x", "2026_y", &catalog("mine", 2));
         let v2 = version_of(&[&policy]);
@@ -470,31 +468,20 @@ fn a_broken_policy_at_startup_exits_2_naming_file_and_line() {
 
 #[tokio::test]
 async fn reflection_describes_list_catalogs() {
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
     let server = Server::start(&[]);
-    let mut client = ServerReflectionClient::new(server.channel().await);
     for symbol in [
         "retryd.v1.RetryDecisionService.ListCatalogs",
         "retryd.v1.ListCatalogsResponse",
         "retryd.v1.CatalogCode",
     ] {
-        let request = ServerReflectionRequest {
-            host: String::new(),
-            message_request: Some(MessageRequest::FileContainingSymbol(symbol.into())),
-        };
-        let response = client
-            .server_reflection_info(tokio_stream::iter([request]))
-            .await
-            .expect("reflection")
-            .into_inner()
-            .message()
-            .await
-            .expect("reflection response")
-            .expect("one response");
+        let response = reflect(
+            server.channel().await,
+            MessageRequest::FileContainingSymbol(symbol.into()),
+        )
+        .await;
         assert!(
             matches!(response.message_response, Some(MessageResponse::FileDescriptorResponse(ref f)) if !f.file_descriptor_proto.is_empty()),
             "{symbol}: {response:?}"

@@ -3,12 +3,10 @@
 
 mod grpc_support;
 
-use grpc_support::{HeldCall, PATIENCE, Server};
+use grpc_support::{HeldCall, PATIENCE, Server, watch_serving};
 use retryd::grpc::pb;
 use tokio_stream::StreamExt as _;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 
 /// Holds a ClassifyBatch open until the returned sender delivers its
 /// message, and waits until the server has counted it as started.
@@ -45,14 +43,7 @@ async fn sigterm_reports_not_serving_then_exits_zero() {
     let mut server = Server::start(&[]);
     let channel = server.channel().await;
     let (tx, call) = hold_a_call(&server, channel.clone()).await;
-    let mut health = HealthClient::new(channel);
-    let mut watch = health
-        .watch(HealthCheckRequest { service: String::new() })
-        .await
-        .expect("Watch")
-        .into_inner();
-    let first = watch.message().await.expect("watch message").expect("initial status");
-    assert_eq!(first.status(), ServingStatus::Serving);
+    let mut watch = watch_serving(channel).await;
 
     server.terminate();
     let next = tokio::time::timeout(PATIENCE, watch.message())
@@ -89,16 +80,7 @@ async fn sigterm_drains_a_call_in_flight() {
     let (tx, call) = hold_a_call(&server, channel.clone()).await;
 
     // Watch health (same connection) to know when shutdown has begun.
-    let mut health = HealthClient::new(channel);
-    let mut watch = health
-        .watch(HealthCheckRequest { service: String::new() })
-        .await
-        .expect("Watch")
-        .into_inner();
-    assert_eq!(
-        watch.message().await.expect("watch").expect("status").status(),
-        ServingStatus::Serving
-    );
+    let mut watch = watch_serving(channel).await;
     server.terminate();
     let not_serving = tokio::time::timeout(PATIENCE, watch.next())
         .await

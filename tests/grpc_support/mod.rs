@@ -448,3 +448,39 @@ pub fn failure(catalog: &str, code: &str, op: retryd::grpc::pb::OperationKind) -
         ..Default::default()
     }
 }
+
+/// Opens a `grpc.health.v1.Health/Watch` of the server as a whole on
+/// `channel` and checks that its first status is SERVING.
+pub async fn watch_serving(channel: Channel) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let mut watch = tonic_health::pb::health_client::HealthClient::new(channel)
+        .watch(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .await
+        .expect("Watch")
+        .into_inner();
+    let first = watch.message().await.expect("watch message").expect("initial status");
+    assert_eq!(first.status(), ServingStatus::Serving);
+    watch
+}
+
+/// One `grpc.reflection.v1.ServerReflection/ServerReflectionInfo` round trip.
+pub async fn reflect(
+    channel: Channel,
+    request: tonic_reflection::pb::v1::server_reflection_request::MessageRequest,
+) -> tonic_reflection::pb::v1::ServerReflectionResponse {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(request),
+    };
+    ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .expect("reflection")
+        .into_inner()
+        .message()
+        .await
+        .expect("reflection response")
+        .expect("one response")
+}
