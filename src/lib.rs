@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod core;
+pub mod fleet;
 pub mod grpc;
 pub mod load;
 pub mod server;

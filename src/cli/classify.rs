@@ -56,6 +56,12 @@ pub struct ClassifyArgs {
     /// The caller's tenant.
     #[arg(long, default_value = "")]
     pub tenant: String,
+    /// Which instance of the dependency (a portal, a host): the key of dependency holds.
+    #[arg(long, default_value = "")]
+    pub dependency: String,
+    /// The dependency's own word on when its allowance resets (RFC 3339).
+    #[arg(long, value_parser = parse_deadline)]
+    pub quota_resets_at: Option<UnixMillis>,
     /// Language of the reason: en or ru.
     #[arg(long, default_value = "en")]
     pub locale: String,
@@ -135,6 +141,9 @@ impl ClassifyArgs {
             tenant: &self.tenant,
             upstream: None,
             locale: &self.locale,
+            dependency: &self.dependency,
+            quota_resets_at: self.quota_resets_at,
+            probe_token: "",
         }
     }
 }

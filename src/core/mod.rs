@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod engine;
+pub mod hold;
 pub mod limits;
 pub mod messages;
 pub mod model;
@@ -11,7 +12,7 @@ pub mod retry_after;
 pub mod time;
 pub mod warnings;
 
-pub use engine::{DecideError, decide};
+pub use engine::{DecideError, decide, decide_held};
 pub use model::{
     Decision, Failure, Locale, Operation, ReadBack, RetryContract, Scope, SideEffectState, Strategy, TargetReached,
     TerminalState, Verdict,

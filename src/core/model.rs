@@ -124,6 +124,8 @@ pub enum Strategy {
     RetryAfter,
     /// A fixed schedule of waits, one per retry.
     Schedule,
+    /// A fleet hold on the failure's scope ends later than any other delay.
+    Hold,
 }
 
 /// Whether a stop applies to this request or to every call of the tenant.
@@ -267,6 +269,13 @@ pub struct Failure<'a> {
     /// Language of the reason: `en` (default, also when empty) or `ru`;
     /// region subtags such as `ru-RU` are accepted.
     pub locale: &'a str,
+    /// Which instance of the dependency (a portal, a host, an account): the
+    /// key of dependency and method holds.
+    pub dependency: &'a str,
+    /// The dependency's own word on when its allowance resets (wins over the catalog's rule).
+    pub quota_resets_at: Option<UnixMillis>,
+    /// The token of an open circuit's probe, when this failure is the probe's outcome.
+    pub probe_token: &'a str,
 }
 
 /// retryd's answer for one failure.
@@ -304,4 +313,7 @@ pub struct Decision<'a> {
     pub terminal_state: Option<TerminalState>,
     /// Input that was ignored or adjusted.
     pub warnings: super::warnings::Warnings,
+    /// The fleet hold this failure asks to place, if its rule places one
+    /// (the fleet layer decides whether it is new, an extension or kept).
+    pub hold_plan: Option<super::hold::HoldPlan<'a>>,
 }

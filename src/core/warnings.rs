@@ -21,11 +21,21 @@ pub enum Warning {
     UpstreamLessSafeIgnored = 1 << 5,
     /// `attempt` was 0 and was read as 1.
     AttemptZeroReadAsOne = 1 << 6,
+    /// A delay or hold was longer than the catalog's `max_delay_ms` and was cut to it.
+    DelayCapped = 1 << 8,
+    /// The rule places a dependency or method hold but the failure names no `dependency`.
+    HoldNeedsDependency = 1 << 9,
+    /// The rule places a tenant hold but the failure names no `tenant`.
+    HoldNeedsTenant = 1 << 10,
+    /// This caller placed more holds than its rate allows; this one was not placed.
+    HoldRateLimited = 1 << 11,
+    /// A timestamp was outside the range the wire can carry and was clamped.
+    TimestampOutOfRange = 1 << 12,
 }
 
 impl Warning {
     /// Every warning, in bit order.
-    pub const ALL: [Warning; 7] = [
+    pub const ALL: [Warning; 12] = [
         Warning::RetryAfterUnparseable,
         Warning::LocaleUnsupported,
         Warning::ReadBackIgnoredForRead,
@@ -33,6 +43,11 @@ impl Warning {
         Warning::IdempotencyKeyNotEnforced,
         Warning::UpstreamLessSafeIgnored,
         Warning::AttemptZeroReadAsOne,
+        Warning::DelayCapped,
+        Warning::HoldNeedsDependency,
+        Warning::HoldNeedsTenant,
+        Warning::HoldRateLimited,
+        Warning::TimestampOutOfRange,
     ];
 
     /// A stable, English message with a machine-readable prefix.
@@ -53,6 +68,21 @@ impl Warning {
                 "upstream_less_safe_ignored: the dependency's retry advice was less conservative than the catalog; the safer answer was kept"
             }
             Warning::AttemptZeroReadAsOne => "attempt_zero: attempt 0 was read as the first attempt",
+            Warning::DelayCapped => {
+                "delay_capped: the delay was longer than the catalog's max_delay_ms and was cut to it (the fleet's hold too)"
+            }
+            Warning::HoldNeedsDependency => {
+                "hold_needs_dependency: this failure places a dependency-wide hold, but the failure names no dependency; no hold was placed"
+            }
+            Warning::HoldNeedsTenant => {
+                "hold_needs_tenant: this failure places a tenant hold, but the failure names no tenant; no hold was placed"
+            }
+            Warning::HoldRateLimited => {
+                "hold_rate_limited: this caller placed more holds than its rate allows; no hold was placed"
+            }
+            Warning::TimestampOutOfRange => {
+                "timestamp_out_of_range: a timestamp was outside the range the wire can carry and was clamped"
+            }
         }
     }
 }

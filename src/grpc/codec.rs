@@ -31,6 +31,16 @@ impl Pooled for pb::ClassifyRequest {}
 impl Pooled for pb::ClassifyResponse {}
 impl Pooled for pb::ListCatalogsRequest {}
 impl Pooled for pb::ListCatalogsResponse {}
+impl Pooled for pb::AdmitRequest {}
+impl Pooled for pb::AdmitResponse {}
+impl Pooled for pb::ReportOutcomesRequest {}
+impl Pooled for pb::ReportOutcomesResponse {}
+impl Pooled for pb::ListHoldsRequest {}
+impl Pooled for pb::ListHoldsResponse {}
+impl Pooled for pb::ReleaseHoldRequest {}
+impl Pooled for pb::ReleaseHoldResponse {}
+impl Pooled for pb::WatchHoldsRequest {}
+impl Pooled for pb::WatchHoldsResponse {}
 
 impl Pooled for pb::ClassifyBatchRequest {
     fn decode_pooled(buf: impl Buf) -> Result<Self, DecodeError> {

@@ -11,6 +11,7 @@
 use prost_types::Timestamp;
 
 use super::pb;
+use crate::core::hold::{Hold, HoldKind, HoldScope};
 use crate::core::{
     Decision, Failure, Operation, ReadBack, RetryContract, Scope, SideEffectState, Strategy, TargetReached, UnixMillis,
     Verdict,
@@ -37,6 +38,9 @@ pub fn failure_from_proto<'a>(f: &'a pb::Failure, locale: &'a str) -> Failure<'a
         tenant: &f.tenant,
         upstream: f.upstream.as_ref().map(contract_from_proto),
         locale,
+        dependency: &f.dependency,
+        quota_resets_at: f.quota_resets_at.as_ref().map(millis_from_timestamp),
+        probe_token: &f.probe_token,
     }
 }
 
@@ -89,7 +93,10 @@ pub fn decision_into_proto(d: &Decision<'_>, out: &mut pb::Decision) {
         request_id,
         terminal_state,
         warnings,
+        hold,
     } = out;
+    // The fleet layer sets it after the decision, when a hold is in force.
+    *hold = None;
     *verdict = verdict_to_proto(d.verdict) as i32;
     contract_into_proto(&d.retry, retry.get_or_insert_with(Default::default));
     *target_reached = target_reached_to_proto(d.target_reached) as i32;
@@ -234,6 +241,7 @@ pub fn strategy_from_proto(n: i32) -> Strategy {
         Ok(pb::Strategy::ExponentialBackoff) => Strategy::ExponentialBackoff,
         Ok(pb::Strategy::RetryAfter) => Strategy::RetryAfter,
         Ok(pb::Strategy::Schedule) => Strategy::Schedule,
+        Ok(pb::Strategy::Hold) => Strategy::Hold,
         Ok(pb::Strategy::None | pb::Strategy::Unspecified) | Err(_) => Strategy::None,
     }
 }
@@ -245,6 +253,7 @@ pub fn strategy_to_proto(s: Strategy) -> pb::Strategy {
         Strategy::ExponentialBackoff => pb::Strategy::ExponentialBackoff,
         Strategy::RetryAfter => pb::Strategy::RetryAfter,
         Strategy::Schedule => pb::Strategy::Schedule,
+        Strategy::Hold => pb::Strategy::Hold,
     }
 }
 
@@ -273,6 +282,44 @@ pub fn scope_to_proto(s: Scope) -> pb::Scope {
     match s {
         Scope::Request => pb::Scope::Request,
         Scope::Tenant => pb::Scope::Tenant,
+    }
+}
+
+/// [`HoldScope`] → proto enum.
+pub fn hold_scope_to_proto(s: HoldScope) -> pb::Scope {
+    match s {
+        HoldScope::Tenant => pb::Scope::Tenant,
+        HoldScope::Dependency => pb::Scope::Dependency,
+        HoldScope::Method => pb::Scope::Method,
+    }
+}
+
+/// [`HoldKind`] → proto enum.
+pub fn hold_kind_to_proto(k: HoldKind) -> pb::HoldKind {
+    match k {
+        HoldKind::Pause => pb::HoldKind::Pause,
+        HoldKind::QuotaStop => pb::HoldKind::QuotaStop,
+        HoldKind::Quarantine => pb::HoldKind::Quarantine,
+        HoldKind::CircuitOpen => pb::HoldKind::CircuitOpen,
+    }
+}
+
+/// A hold as the wire carries it; `tenant` is what the caller may see (the
+/// raw tenant for operators, its keyed hash for everyone else).
+pub fn hold_to_proto(h: &Hold, tenant: &str) -> pb::Hold {
+    pb::Hold {
+        id: h.id.clone(),
+        catalog: h.key.catalog.clone(),
+        dependency: h.key.dependency.clone(),
+        tenant: tenant.to_owned(),
+        method: h.key.method().to_owned(),
+        scope: hold_scope_to_proto(h.key.scope) as i32,
+        kind: hold_kind_to_proto(h.kind) as i32,
+        since: Some(timestamp_from_millis(h.since)),
+        until: Some(timestamp_from_millis(h.until)),
+        code: h.code.clone(),
+        rule: h.rule.clone(),
+        reason: h.reason.clone(),
     }
 }
 

@@ -138,6 +138,8 @@ fn string_bytes(f: &pb::Failure) -> usize {
         &f.idempotency_key,
         &f.request_id,
         &f.tenant,
+        &f.dependency,
+        &f.probe_token,
     ]
     .iter()
     .map(|s| s.capacity())

@@ -197,6 +197,35 @@ impl RetryDecisionService for RetryDecisionApi {
         self.list_catalogs_now(request.get_ref()).map(Response::new)
     }
 
+    type WatchHoldsStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::WatchHoldsResponse, Status>> + Send + 'static>>;
+
+    async fn admit(&self, _request: Request<pb::AdmitRequest>) -> Result<Response<pb::AdmitResponse>, Status> {
+        Err(Status::unimplemented("wip"))
+    }
+
+    async fn report_outcomes(
+        &self,
+        _request: Request<pb::ReportOutcomesRequest>,
+    ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
+        Err(Status::unimplemented("wip"))
+    }
+
+    async fn list_holds(&self, _request: Request<pb::ListHoldsRequest>) -> Result<Response<pb::ListHoldsResponse>, Status> {
+        Err(Status::unimplemented("wip"))
+    }
+
+    async fn release_hold(
+        &self,
+        _request: Request<pb::ReleaseHoldRequest>,
+    ) -> Result<Response<pb::ReleaseHoldResponse>, Status> {
+        Err(Status::unimplemented("wip"))
+    }
+
+    async fn watch_holds(&self, _request: Request<pb::WatchHoldsRequest>) -> Result<Response<Self::WatchHoldsStream>, Status> {
+        Err(Status::unimplemented("wip"))
+    }
+
     async fn classify(&self, request: Request<pb::ClassifyRequest>) -> Result<Response<pb::ClassifyResponse>, Status> {
         let now = UnixMillis::now();
         self.classify_at(request.get_ref(), now).map(Response::new)

@@ -3,6 +3,7 @@
 
 use super::locate::{line_of, line_of_key};
 use super::source::{CatalogSource, CodeSource, RuleSource, TextSource};
+use super::holds::{DEFAULT_MAX_DELAY_MS, compile_hold, compile_quota};
 use super::{Backoff, Catalog, CodeEntry, DelayKind, LocalText, Rule};
 use crate::core::model::{Locale, SideEffectState, TargetReached, TerminalState, Verdict};
 
@@ -35,6 +36,8 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
         errors: Vec::new(),
         locales: Vec::new(),
         name: source.name.clone(),
+        max_delay_ms: DEFAULT_MAX_DELAY_MS,
+        has_quota: source.quota.is_some(),
     };
     let catalog = c.catalog(source);
     if c.errors.is_empty() {
@@ -51,6 +54,8 @@ struct Compiler<'f> {
     errors: Vec<CatalogError>,
     locales: Vec<Locale>,
     name: String,
+    max_delay_ms: u64,
+    has_quota: bool,
 }
 
 impl Compiler<'_> {
@@ -117,6 +122,21 @@ impl Compiler<'_> {
                 None
             }
         };
+        match s.max_delay_ms {
+            Some(0) => self.err("max_delay_ms", "must be positive"),
+            Some(ms) => self.max_delay_ms = ms,
+            None => {}
+        }
+        let quota = s.quota.as_ref().and_then(|q| match compile_quota(q) {
+            Ok(q) => Some(q),
+            Err(errors) => {
+                for (k, m) in errors {
+                    self.err(format!("quota.{k}"), m);
+                }
+                None
+            }
+        });
+
         let mut words = |list: Vec<String>, key: &str| -> Vec<Box<str>> {
             for (i, w) in list.iter().enumerate() {
                 if w.is_empty() || !w.chars().all(|c| c.is_ascii_alphanumeric()) {
@@ -127,7 +147,6 @@ impl Compiler<'_> {
         };
         let read_words = words(s.operations.read, "read");
         let write_words = words(s.operations.write, "write");
-
         let mut index = rustc_hash::FxHashMap::default();
         let mut codes = Vec::with_capacity(s.codes.len());
         for (i, code) in s.codes.into_iter().enumerate() {
@@ -166,6 +185,8 @@ impl Compiler<'_> {
             },
             schedule_ms: s.schedule_ms.into(),
             exhausted_terminal_state: terminal,
+            max_delay_ms: self.max_delay_ms,
+            quota,
             read_words,
             write_words,
             codes,
@@ -248,6 +269,14 @@ impl Compiler<'_> {
             write,
             retried_write,
             write_with_retry_after,
+            max_delay_ms: match s.max_delay_ms {
+                Some(0) => {
+                    self.err(format!("{key}.max_delay_ms"), "must be positive");
+                    self.max_delay_ms
+                }
+                Some(ms) => ms,
+                None => self.max_delay_ms,
+            },
         }
     }
 
@@ -290,6 +319,23 @@ impl Compiler<'_> {
             Some(t) => self.text(&format!("{key}.reason"), t),
             None => condition.clone(),
         };
+        let hold = s.hold.as_ref().and_then(|h| match compile_hold(h) {
+            Ok(rule) => {
+                if rule.kind == crate::core::hold::HoldKind::QuotaStop && !self.has_quota && rule.hold_ms.is_none() {
+                    self.err(
+                        format!("{key}.hold"),
+                        "a quota_stop needs the catalog's [quota] reset rule or its own hold_ms",
+                    );
+                }
+                Some(rule)
+            }
+            Err(errors) => {
+                for (k, m) in errors {
+                    self.err(format!("{key}.hold.{k}"), m);
+                }
+                None
+            }
+        });
         Rule {
             id: format!("{}/{code}/{op}", self.name).into(),
             verdict,
@@ -299,6 +345,7 @@ impl Compiler<'_> {
             reason,
             scope: s.scope,
             reconcile_before_retry: s.reconcile_before_retry,
+            hold,
         }
     }
 

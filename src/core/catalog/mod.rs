@@ -3,10 +3,12 @@
 //! parses, validates and compiles them into the lookup form the engine uses.
 
 mod compile;
+pub mod holds;
 mod locate;
 pub mod source;
 
 pub use compile::{CatalogError, compile_catalog};
+pub use holds::{HoldRule, QuotaReset};
 
 use rustc_hash::FxHashMap;
 
@@ -93,6 +95,8 @@ pub struct Rule {
     pub scope: Scope,
     /// An idempotency key does not replace reconciliation.
     pub reconcile_before_retry: bool,
+    /// The fleet hold this rule places, if any.
+    pub hold: Option<HoldRule>,
 }
 
 /// One code of a catalog with its read and write rules.
@@ -116,6 +120,8 @@ pub struct CodeEntry {
     pub retried_write: Option<Rule>,
     /// Rule for a write that came with a Retry-After, if it differs.
     pub write_with_retry_after: Option<Rule>,
+    /// The cap on this code's delays and holds (the catalog's unless overridden).
+    pub max_delay_ms: u64,
 }
 
 impl CodeEntry {
@@ -152,6 +158,10 @@ pub struct Catalog {
     pub schedule_ms: Box<[u64]>,
     /// State to record when retries run out.
     pub exhausted_terminal_state: Option<TerminalState>,
+    /// The cap on every delay and hold, unless a code overrides it.
+    pub max_delay_ms: u64,
+    /// When an exhausted allowance resets.
+    pub quota: Option<QuotaReset>,
     read_words: Vec<Box<str>>,
     write_words: Vec<Box<str>>,
     codes: Vec<CodeEntry>,

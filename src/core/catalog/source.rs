@@ -40,6 +40,12 @@ pub struct CatalogSource {
     pub unknown: CodeSource,
     /// Rule for a failure with no platform envelope (empty code).
     pub no_envelope: CodeSource,
+    /// The cap on every delay and every hold, in milliseconds (default 25 h).
+    #[serde(default)]
+    pub max_delay_ms: Option<u64>,
+    /// When an exhausted allowance resets (for `quota_stop` holds).
+    #[serde(default)]
+    pub quota: Option<super::holds::QuotaSource>,
 }
 
 fn default_locales() -> Vec<String> {
@@ -99,6 +105,9 @@ pub struct CodeSource {
     /// HTTP 503 that defers processing).
     #[serde(default)]
     pub write_with_retry_after: Option<RuleSource>,
+    /// This code's own cap on delays and holds (default: the catalog's).
+    #[serde(default)]
+    pub max_delay_ms: Option<u64>,
 }
 
 fn default_delay() -> String {
@@ -132,4 +141,7 @@ pub struct RuleSource {
     /// The write rule is deliberately less conservative than the read rule.
     #[serde(default)]
     pub acknowledge_less_conservative: bool,
+    /// A fleet hold this failure places.
+    #[serde(default)]
+    pub hold: Option<super::holds::HoldSource>,
 }

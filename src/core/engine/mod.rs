@@ -9,6 +9,7 @@
 //! 5. the budgets: attempt limit and deadline.
 
 use super::catalog::{Catalog, CodeEntry, DelayKind, Rule};
+use super::hold::HoldPlan;
 use super::messages::{Outcome, action};
 use super::model::{
     Decision, Failure, Locale, Operation, ReadBack, RetryContract, SideEffectState, Strategy, TerminalState, Verdict,
@@ -31,8 +32,22 @@ pub enum DecideError {
     },
 }
 
-/// Decides what the caller may do about `failure`, as of `now`.
+/// Decides what the caller may do about `failure`, as of `now`, with no
+/// fleet hold in force.
 pub fn decide<'a>(policy: &'a Policy, failure: &Failure<'a>, now: UnixMillis) -> Result<Decision<'a>, DecideError> {
+    decide_held(policy, failure, now, None)
+}
+
+/// Decides as [`decide`] does, with a fleet hold in force on the failure's
+/// scope until `hold_until` (for an open circuit: its next probe slot): a
+/// retry then waits at least until then (`strategy` says `hold`), and the
+/// attempt and deadline limits judge that wait like any other.
+pub fn decide_held<'a>(
+    policy: &'a Policy,
+    failure: &Failure<'a>,
+    now: UnixMillis,
+    hold_until: Option<UnixMillis>,
+) -> Result<Decision<'a>, DecideError> {
     let catalog = resolve_catalog(policy, failure.catalog)?;
     let mut warnings = Warnings::default();
 
@@ -53,8 +68,13 @@ pub fn decide<'a>(policy: &'a Policy, failure: &Failure<'a>, now: UnixMillis) ->
     } else {
         failure.attempt
     };
-    let retry_after = retry_after_ms(failure, now, &mut warnings);
+    let cap = entry.max_delay_ms;
+    let retry_after = retry_after_ms(failure, now, &mut warnings).map(|ra| capped(ra, cap, &mut warnings));
     let rule = entry.rule(operation, attempt, retry_after.is_some());
+    let hold_plan = rule.hold.as_ref().and_then(|h| {
+        let plan = holds::plan(h, catalog, entry, rule, failure, retry_after, now, &mut warnings);
+        plan.map(|p| HoldPlan { code: if known_code { &entry.code } else { failure.code }, ..p })
+    });
 
     let locale = match Locale::parse(failure.locale) {
         Some(l) if catalog.locales.contains(&l) => l,
@@ -104,9 +124,20 @@ pub fn decide<'a>(policy: &'a Policy, failure: &Failure<'a>, now: UnixMillis) ->
     if d.retrying() {
         (after_ms, max_after_ms, strategy) = delay(catalog, entry, attempt, retry_after);
         if let Some(up) = upstream.filter(|up| up.after_ms > after_ms) {
-            after_ms = up.after_ms;
+            after_ms = capped(up.after_ms, cap, &mut warnings);
             max_after_ms = max_after_ms.max(after_ms);
         }
+        if let Some(wait) = hold_until.map(|until| now.ms_until(until)).filter(|w| *w > after_ms) {
+            // The fleet's hold ends later than any other delay: wait for it,
+            // keeping the jitter window's width above it.
+            let width = max_after_ms.saturating_sub(after_ms);
+            after_ms = capped(wait, cap, &mut warnings);
+            max_after_ms = after_ms.saturating_add(width);
+            strategy = Strategy::Hold;
+        }
+        // One cap for every delay; nothing above 2^63-1 reaches the wire.
+        after_ms = capped(after_ms, cap, &mut warnings);
+        max_after_ms = max_after_ms.clamp(after_ms, cap.max(after_ms)).min(i64::MAX as u64);
         if attempt >= max_attempts {
             let outcome = match catalog.exhausted_terminal_state {
                 Some(state) => {
@@ -167,6 +198,7 @@ pub fn decide<'a>(policy: &'a Policy, failure: &Failure<'a>, now: UnixMillis) ->
         request_id: failure.request_id,
         terminal_state: d.terminal_state,
         warnings,
+        hold_plan,
     })
 }
 
@@ -282,6 +314,16 @@ impl<'a> Draft<'a> {
     }
 }
 
+/// `ms` cut to the catalog's cap, with a warning when it was over.
+fn capped(ms: u64, cap: u64, warnings: &mut Warnings) -> u64 {
+    if ms > cap {
+        warnings.add(Warning::DelayCapped);
+        cap
+    } else {
+        ms
+    }
+}
+
 /// The larger of the raw and the pre-parsed Retry-After, if any.
 fn retry_after_ms(failure: &Failure<'_>, now: UnixMillis, warnings: &mut Warnings) -> Option<u64> {
     let raw = if failure.retry_after.trim().is_empty() {
@@ -326,6 +368,8 @@ fn delay(catalog: &Catalog, entry: &CodeEntry, attempt: u32, retry_after: Option
         _ => (lo, hi, strategy),
     }
 }
+
+mod holds;
 
 #[cfg(test)]
 mod alloc_tests;

@@ -1,0 +1,357 @@
+//! Fleet holds, decided: which failure places which hold, how a hold extends,
+//! when it ends, and whether a call may go ahead ("Admit"). Pure functions of
+//! (decision, holds in force, now); where holds are *stored* is `crate::fleet`.
+//!
+//! A hold says "do not call this scope until T". It only ever extends (a
+//! later, longer hold wins), except by an explicit release, and an extension
+//! is worth writing and announcing only when it moves the end by more than
+//! max(1 s, 10 % of the hold's length) — steady 429s must not turn every
+//! failure into a write and an event.
+
+use serde::{Deserialize, Serialize};
+
+use super::time::UnixMillis;
+
+/// What a hold covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HoldScope {
+    /// One tenant of one dependency (catalog + dependency + tenant).
+    Tenant,
+    /// Every tenant of one dependency instance (catalog + dependency).
+    Dependency,
+    /// One method of one dependency instance (catalog + dependency + method).
+    Method,
+}
+
+impl HoldScope {
+    /// The catalog word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldScope::Tenant => "tenant",
+            HoldScope::Dependency => "dependency",
+            HoldScope::Method => "method",
+        }
+    }
+}
+
+/// Why calls are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldKind {
+    /// A Retry-After that applies to everyone.
+    Pause,
+    /// An allowance is exhausted until it resets.
+    QuotaStop,
+    /// No call at all before the end: early calls interfere with recovery.
+    Quarantine,
+    /// Refused, except one probe per probe interval; closed by a probe's success.
+    CircuitOpen,
+}
+
+impl HoldKind {
+    /// Every kind, in proto order.
+    pub const ALL: [HoldKind; 4] = [
+        HoldKind::Pause,
+        HoldKind::QuotaStop,
+        HoldKind::Quarantine,
+        HoldKind::CircuitOpen,
+    ];
+
+    /// The catalog and metrics word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldKind::Pause => "pause",
+            HoldKind::QuotaStop => "quota_stop",
+            HoldKind::Quarantine => "quarantine",
+            HoldKind::CircuitOpen => "circuit_open",
+        }
+    }
+
+    /// Position in [`HoldKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The scope a hold is keyed by: catalog, dependency and, for tenant and
+/// method scopes, the tenant or the method.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HoldKey {
+    /// Tenant, dependency or method.
+    pub scope: HoldScope,
+    /// The catalog whose rule placed it.
+    pub catalog: String,
+    /// The dependency instance (a portal, a host, an account).
+    pub dependency: String,
+    /// The tenant (tenant scope), the method (method scope), or empty.
+    pub subject: String,
+}
+
+impl HoldKey {
+    /// A stable text form, unambiguous for any strings (each part is
+    /// length-prefixed): the map key in memory and the Redis hash tag.
+    pub fn storage_key(&self) -> String {
+        storage_key(self.scope, &self.catalog, &self.dependency, &self.subject)
+    }
+
+    /// The tenant, for a tenant hold.
+    pub fn tenant(&self) -> &str {
+        if self.scope == HoldScope::Tenant { &self.subject } else { "" }
+    }
+
+    /// The method, for a method hold.
+    pub fn method(&self) -> &str {
+        if self.scope == HoldScope::Method { &self.subject } else { "" }
+    }
+}
+
+/// [`HoldKey::storage_key`] from borrowed parts (no `HoldKey` needed to look one up).
+pub fn storage_key(scope: HoldScope, catalog: &str, dependency: &str, subject: &str) -> String {
+    let mut s = String::with_capacity(16 + catalog.len() + dependency.len() + subject.len());
+    s.push_str(match scope {
+        HoldScope::Tenant => "t",
+        HoldScope::Dependency => "d",
+        HoldScope::Method => "m",
+    });
+    for part in [catalog, dependency, subject] {
+        s.push(':');
+        s.push_str(&part.len().to_string());
+        s.push(':');
+        s.push_str(part);
+    }
+    s
+}
+
+/// A hold in force (or just lifted), as stored and as reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// Opaque id, stable while the hold lives (extensions keep it).
+    pub id: String,
+    /// What it covers.
+    pub key: HoldKey,
+    /// Why.
+    pub kind: HoldKind,
+    /// When it was placed.
+    #[serde(with = "as_millis")]
+    pub since: UnixMillis,
+    /// When it ends (an open circuit may close earlier, by a probe).
+    #[serde(with = "as_millis")]
+    pub until: UnixMillis,
+    /// Open circuits: one probe call per this many milliseconds.
+    pub probe_every_ms: u64,
+    /// The code of the failure that placed (or last extended) it.
+    pub code: String,
+    /// The catalog rule that placed it.
+    pub rule: String,
+    /// Why, in English.
+    pub reason: String,
+}
+
+impl Hold {
+    /// In force at `now`.
+    pub fn active(&self, now: UnixMillis) -> bool {
+        now < self.until
+    }
+
+    /// The probe slot an open circuit offers at `now`: slot `n` opens at
+    /// `since + n·probe_every_ms` (n ≥ 1). `None` before the first slot.
+    pub fn probe_slot(&self, now: UnixMillis) -> Option<u64> {
+        if self.kind != HoldKind::CircuitOpen || self.probe_every_ms == 0 {
+            return None;
+        }
+        let elapsed = self.since.ms_until(now);
+        let n = elapsed / self.probe_every_ms;
+        (n >= 1).then_some(n)
+    }
+
+    /// When probe slot `n` opens.
+    pub fn probe_slot_at(&self, n: u64) -> UnixMillis {
+        self.since.plus_ms(n.saturating_mul(self.probe_every_ms))
+    }
+}
+
+/// A hold a decision asks to place (borrowed from the request and the catalog).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HoldPlan<'a> {
+    /// Tenant, dependency or method.
+    pub scope: HoldScope,
+    /// Why.
+    pub kind: HoldKind,
+    /// The catalog.
+    pub catalog: &'a str,
+    /// The dependency instance.
+    pub dependency: &'a str,
+    /// Tenant or method, by scope.
+    pub subject: &'a str,
+    /// The end asked for (already capped by the catalog's `max_delay_ms`).
+    pub until: UnixMillis,
+    /// Open circuits: the probe interval.
+    pub probe_every_ms: u64,
+    /// The failure's code.
+    pub code: &'a str,
+    /// The rule that asks for it.
+    pub rule: &'a str,
+    /// Why, in English.
+    pub reason: &'a str,
+}
+
+impl HoldPlan<'_> {
+    /// The key it would be stored under.
+    pub fn key(&self) -> HoldKey {
+        HoldKey {
+            scope: self.scope,
+            catalog: self.catalog.to_owned(),
+            dependency: self.dependency.to_owned(),
+            subject: self.subject.to_owned(),
+        }
+    }
+
+    /// The hold it becomes when placed at `now` with `id`.
+    pub fn to_hold(&self, id: String, now: UnixMillis) -> Hold {
+        Hold {
+            id,
+            key: self.key(),
+            kind: self.kind,
+            since: now,
+            until: self.until,
+            probe_every_ms: self.probe_every_ms,
+            code: self.code.to_owned(),
+            rule: self.rule.to_owned(),
+            reason: self.reason.to_owned(),
+        }
+    }
+}
+
+/// What placing a plan does to the hold of the same key and kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// No hold in force: place a new one.
+    Place,
+    /// Move the end of the one in force to the plan's (worth writing and announcing).
+    Extend,
+    /// Leave the one in force as it is (the plan ends earlier, or barely later).
+    Keep,
+}
+
+/// The smallest extension worth a write and an event: max(1 s, 10 % of the hold's length).
+pub fn announce_threshold_ms(existing: &Hold) -> u64 {
+    (existing.since.ms_until(existing.until) / 10).max(1_000)
+}
+
+/// How a plan ending at `until` merges with `existing` (same key and kind) at `now`.
+pub fn merge(existing: Option<&Hold>, until: UnixMillis, now: UnixMillis) -> Merge {
+    match existing {
+        None => Merge::Place,
+        Some(h) if !h.active(now) => Merge::Place,
+        Some(h) if until <= h.until => Merge::Keep,
+        Some(h) if h.until.ms_until(until) > announce_threshold_ms(h) => Merge::Extend,
+        Some(_) => Merge::Keep,
+    }
+}
+
+/// The active hold among `holds` that ends last (ties: the first given).
+pub fn ending_last<'h>(holds: impl IntoIterator<Item = &'h Hold>, now: UnixMillis) -> Option<&'h Hold> {
+    holds
+        .into_iter()
+        .filter(|h| h.active(now))
+        .fold(None, |best: Option<&Hold>, h| match best {
+            Some(b) if b.until >= h.until => Some(b),
+            _ => Some(h),
+        })
+}
+
+/// Whether a call covered by some holds may go ahead at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// No hold refuses it.
+    Admitted,
+    /// Refused; the earliest time asking again can succeed.
+    Refused {
+        /// When to ask again.
+        retry_at: UnixMillis,
+    },
+    /// Only open circuits cover it and one of them offers probe slot `slot`
+    /// now: the call is admitted as that circuit's probe if the slot can
+    /// still be taken (fleet-wide, exactly once).
+    ProbeDue {
+        /// Index into the holds given to [`admit`].
+        hold: usize,
+        /// The slot number.
+        slot: u64,
+    },
+}
+
+/// Decides admission from the holds covering the call. `probe_taken(i, n)`
+/// says whether probe slot `n` of `holds[i]` is already known to be taken
+/// (the caller's mirror of the shared slot), so a refused slot costs no
+/// round trip.
+pub fn admit(holds: &[&Hold], now: UnixMillis, probe_taken: impl Fn(usize, u64) -> bool) -> Admission {
+    let mut blocking_until: Option<UnixMillis> = None;
+    let mut next_probe: Option<UnixMillis> = None;
+    let mut due: Option<(usize, u64)> = None;
+    for (i, h) in holds.iter().enumerate().filter(|(_, h)| h.active(now)) {
+        if h.kind != HoldKind::CircuitOpen {
+            blocking_until = Some(blocking_until.map_or(h.until, |u| u.max(h.until)));
+            continue;
+        }
+        match h.probe_slot(now) {
+            Some(n) if !probe_taken(i, n) && due.is_none() => due = Some((i, n)),
+            Some(n) => {
+                let at = h.probe_slot_at(n + 1).min(h.until);
+                next_probe = Some(next_probe.map_or(at, |p| p.max(at)));
+            }
+            None => {
+                let at = h.probe_slot_at(1).min(h.until);
+                next_probe = Some(next_probe.map_or(at, |p| p.max(at)));
+            }
+        }
+    }
+    match (blocking_until, due, next_probe) {
+        (None, None, None) => Admission::Admitted,
+        (None, Some((hold, slot)), None) => Admission::ProbeDue { hold, slot },
+        (b, _, p) => Admission::Refused {
+            retry_at: match (b, p) {
+                (Some(b), Some(p)) => b.max(p),
+                (b, p) => b.or(p).unwrap_or(now),
+            },
+        },
+    }
+}
+
+/// A probe token: the circuit's id and the slot, plus a nonce so that tokens
+/// are not guessable from the slot alone.
+pub fn probe_token(hold_id: &str, slot: u64, nonce: u64) -> String {
+    format!("{hold_id}.{slot}.{nonce:016x}")
+}
+
+/// The hold id a probe token names, if it is well formed.
+pub fn probe_token_hold(token: &str) -> Option<&str> {
+    let mut parts = token.rsplitn(3, '.');
+    let nonce = parts.next()?;
+    let slot = parts.next()?;
+    let id = parts.next()?;
+    let ok = nonce.len() == 16
+        && nonce.bytes().all(|b| b.is_ascii_hexdigit())
+        && slot.parse::<u64>().is_ok()
+        && !id.is_empty();
+    ok.then_some(id)
+}
+
+/// Stored holds carry their instants as plain milliseconds.
+mod as_millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::core::time::UnixMillis;
+
+    pub fn serialize<S: Serializer>(t: &UnixMillis, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(t.0)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<UnixMillis, D::Error> {
+        i64::deserialize(d).map(UnixMillis)
+    }
+}
+
+#[cfg(test)]
+mod tests;

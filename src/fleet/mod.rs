@@ -1,0 +1,326 @@
+//! Fleet memory: where holds are *stored* and shared (what a hold is and
+//! when it applies is decided in `core::hold`). Every replica keeps a
+//! [`Mirror`] that calls read without waiting; a [`SharedStore`] (in memory,
+//! or Redis) carries changes between replicas off the call path.
+
+pub mod caller;
+pub mod memory;
+pub mod mirror;
+pub mod redis;
+pub mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+pub use caller::{PlacementLimiter, PlacementLimits};
+pub use memory::MemoryStore;
+pub use mirror::{HoldEvent, HoldEventKind, Mirror, Placed};
+pub use store::SharedStore;
+
+use crate::core::hold::{self, Admission, Hold, HoldKind, HoldPlan, HoldScope};
+use crate::core::time::UnixMillis;
+
+/// Gauge of holds in force, labelled `kind` and `scope`.
+pub const HOLDS: &str = "retryd_holds";
+/// Counter of Admit answers, labelled `result` (`admitted`, `refused`, `probe`).
+pub const ADMIT_TOTAL: &str = "retryd_admit_total";
+/// Counter of holds placed, labelled `kind`.
+pub const HOLDS_PLACED_TOTAL: &str = "retryd_holds_placed_total";
+/// Counter of holds not placed because their caller was over its rate, labelled `scope`.
+pub const HOLDS_RATE_LIMITED_TOTAL: &str = "retryd_holds_rate_limited_total";
+/// Counter of holds dropped at the hold cap.
+pub const HOLDS_EVICTED_TOTAL: &str = "retryd_holds_evicted_total";
+
+/// How the fleet memory is bounded.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Most holds kept (`--max-holds`).
+    pub max_holds: usize,
+    /// Per-caller placement rates.
+    pub limits: PlacementLimits,
+    /// Key of the hash that stands in for tenant names shown to non-operators.
+    pub tenant_hash_key: Vec<u8>,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            max_holds: 100_000,
+            limits: PlacementLimits::default(),
+            tenant_hash_key: Vec::new(),
+        }
+    }
+}
+
+/// What placing a decision's hold did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlaceOutcome {
+    /// Placed, extended, or already covered.
+    Held(Placed),
+    /// The caller is over its placement rate: not placed.
+    RateLimited,
+}
+
+/// Admit's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmitOutcome {
+    /// The call may go ahead.
+    pub admitted: bool,
+    /// The covering hold that ends last.
+    pub hold: Option<Hold>,
+    /// When refused: when to ask again.
+    pub retry_at: Option<UnixMillis>,
+    /// When admitted as a circuit's probe: its token.
+    pub probe_token: Option<String>,
+}
+
+/// The fleet memory of one replica.
+#[derive(Debug)]
+pub struct Fleet {
+    mirror: Arc<Mirror>,
+    store: Arc<dyn SharedStore>,
+    limiter: PlacementLimiter,
+    tenant_hash_key: Vec<u8>,
+}
+
+impl Fleet {
+    /// A fleet memory over `store` (started here).
+    pub fn new(config: FleetConfig, store: Arc<dyn SharedStore>) -> Arc<Fleet> {
+        let mirror = Arc::new(Mirror::new(config.max_holds));
+        Arc::clone(&store).start(Arc::clone(&mirror));
+        let tenant_hash_key = if config.tenant_hash_key.is_empty() {
+            rand::random::<[u8; 32]>().to_vec()
+        } else {
+            config.tenant_hash_key
+        };
+        Arc::new(Fleet {
+            mirror,
+            store,
+            limiter: PlacementLimiter::new(config.limits),
+            tenant_hash_key,
+        })
+    }
+
+    /// One replica's memory, nothing shared (`--state memory`).
+    pub fn in_memory(config: FleetConfig) -> Arc<Fleet> {
+        Fleet::new(config, Arc::new(MemoryStore::default()))
+    }
+
+    /// The replica's holds.
+    pub fn mirror(&self) -> &Arc<Mirror> {
+        &self.mirror
+    }
+
+    /// The shared store.
+    pub fn store(&self) -> &Arc<dyn SharedStore> {
+        &self.store
+    }
+
+    /// Places the hold a decision asks for, on behalf of `caller` (its mTLS
+    /// identity or peer address), within the caller's placement rate.
+    pub fn place(&self, plan: &HoldPlan<'_>, caller: &str, now: UnixMillis) -> PlaceOutcome {
+        // Only a new hold spends the caller's placement rate; extending or
+        // confirming one in force does not.
+        if self.mirror.preview(plan, now) == hold::Merge::Place
+            && !self.limiter.allow(caller, plan.scope != HoldScope::Tenant, now)
+        {
+            metrics::counter!(HOLDS_RATE_LIMITED_TOTAL, "scope" => plan.scope.as_str()).increment(1);
+            return PlaceOutcome::RateLimited;
+        }
+        let placed = self.mirror.place(plan, now, new_id);
+        match placed {
+            Placed::New(ref h) => {
+                tracing::info!(
+                    hold = %h.id,
+                    kind = h.kind.as_str(),
+                    scope = h.key.scope.as_str(),
+                    catalog = %h.key.catalog,
+                    dependency = %h.key.dependency,
+                    tenant = %self.hash_tenant(h.key.tenant()),
+                    code = %h.code,
+                    rule = %h.rule,
+                    caller,
+                    until = %h.until.to_rfc3339(),
+                    "hold placed"
+                );
+                metrics::counter!(HOLDS_PLACED_TOTAL, "kind" => h.kind.as_str()).increment(1);
+                self.store.put(h);
+                PlaceOutcome::Held(placed)
+            }
+            Placed::Extended(ref h) => {
+                self.store.put(h);
+                PlaceOutcome::Held(placed)
+            }
+            Placed::Kept(_) | Placed::Full => PlaceOutcome::Held(placed),
+        }
+    }
+
+    /// The hold in force on a call's scopes that ends last.
+    pub fn in_force(&self, catalog: &str, dependency: &str, tenant: &str, method: &str, now: UnixMillis) -> Option<Hold> {
+        if self.mirror.is_empty() {
+            return None;
+        }
+        let covering = self.mirror.covering(catalog, dependency, tenant, method, now);
+        hold::ending_last(covering.iter(), now).cloned()
+    }
+
+    /// The earliest time a retry under `hold` can go ahead: its end, or for an
+    /// open circuit its next probe slot.
+    pub fn retry_floor(hold: &Hold, now: UnixMillis) -> UnixMillis {
+        if hold.kind == HoldKind::CircuitOpen {
+            let next = hold.probe_slot(now).map_or(1, |n| n + 1);
+            hold.probe_slot_at(next).min(hold.until)
+        } else {
+            hold.until
+        }
+    }
+
+    /// "May I call now?" for `method` of `dependency` for `tenant`.
+    pub async fn admit(
+        &self,
+        catalog: &str,
+        dependency: &str,
+        tenant: &str,
+        method: &str,
+        now: UnixMillis,
+    ) -> AdmitOutcome {
+        let covering = self.mirror.covering(catalog, dependency, tenant, method, now);
+        if covering.is_empty() {
+            metrics::counter!(ADMIT_TOTAL, "result" => "admitted").increment(1);
+            return AdmitOutcome {
+                admitted: true,
+                hold: None,
+                retry_at: None,
+                probe_token: None,
+            };
+        }
+        let refs: Vec<&Hold> = covering.iter().collect();
+        let last = hold::ending_last(refs.iter().copied(), now).cloned();
+        let admission = hold::admit(&refs, now, |i, n| self.mirror.probe_taken(&refs[i].id, n));
+        let (admitted, retry_at, probe_token) = match admission {
+            Admission::Admitted => (true, None, None),
+            Admission::Refused { retry_at } => (false, Some(retry_at), None),
+            Admission::ProbeDue { hold, slot } => {
+                let circuit = refs[hold];
+                if self.store.take_probe_slot(circuit, slot).await {
+                    self.mirror.mark_probe_taken(&circuit.id, slot);
+                    (true, None, Some(hold::probe_token(&circuit.id, slot, rand::random())))
+                } else {
+                    self.mirror.mark_probe_taken(&circuit.id, slot);
+                    (false, Some(circuit.probe_slot_at(slot + 1).min(circuit.until)), None)
+                }
+            }
+        };
+        let result = match (admitted, &probe_token) {
+            (true, Some(_)) => "probe",
+            (true, None) => "admitted",
+            (false, _) => "refused",
+        };
+        metrics::counter!(ADMIT_TOTAL, "result" => result).increment(1);
+        AdmitOutcome {
+            admitted,
+            hold: last,
+            retry_at,
+            probe_token,
+        }
+    }
+
+    /// The outcome of an open circuit's probe: success closes the circuit
+    /// (for every replica), failure leaves it open until its next slot.
+    /// Returns the circuit, `None` for a token naming no circuit in force.
+    pub fn report_probe(&self, token: &str, succeeded: bool, now: UnixMillis) -> Option<Hold> {
+        let id = hold::probe_token_hold(token)?;
+        let circuit = self.mirror.get(id, now).filter(|h| h.kind == HoldKind::CircuitOpen)?;
+        if succeeded {
+            let lifted = self.mirror.lift(id)?;
+            tracing::info!(hold = %id, dependency = %lifted.key.dependency, "circuit closed by a probe's success");
+            self.store.lift(&lifted);
+            Some(lifted)
+        } else {
+            Some(circuit)
+        }
+    }
+
+    /// Lifts the hold `id` now (an operator's release).
+    pub fn release(&self, id: &str, now: UnixMillis) -> Option<Hold> {
+        self.mirror.get(id, now)?;
+        let lifted = self.mirror.lift(id)?;
+        self.store.lift(&lifted);
+        Some(lifted)
+    }
+
+    /// The holds in force matching the filters (empty matches all), ending soonest first.
+    pub fn list(&self, catalog: &str, dependency: &str, tenant: &str, now: UnixMillis) -> Vec<Hold> {
+        self.mirror
+            .snapshot(now)
+            .into_iter()
+            .filter(|h| matches(h, catalog, dependency, tenant))
+            .collect()
+    }
+
+    /// What non-operators see instead of a tenant's name: `h:` and 16 hex
+    /// digits of a keyed SHA-256 (empty stays empty).
+    pub fn hash_tenant(&self, tenant: &str) -> String {
+        if tenant.is_empty() {
+            return String::new();
+        }
+        let mut h = Sha256::new();
+        h.update((self.tenant_hash_key.len() as u64).to_be_bytes());
+        h.update(&self.tenant_hash_key);
+        h.update(tenant.as_bytes());
+        let digest = h.finalize();
+        let mut out = String::with_capacity(18);
+        out.push_str("h:");
+        for b in &digest[..8] {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+
+    /// Drops expired holds every `every` and keeps the hold gauges current,
+    /// until the runtime ends.
+    pub fn spawn_upkeep(self: &Arc<Self>, every: Duration) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut evicted = 0;
+            loop {
+                tick.tick().await;
+                let Some(fleet) = weak.upgrade() else { return };
+                let now = UnixMillis::now();
+                fleet.mirror.sweep(now);
+                let mut counts = [[0u32; 3]; 4];
+                for h in fleet.mirror.snapshot(now) {
+                    counts[h.kind.index()][h.key.scope as usize] += 1;
+                }
+                for kind in HoldKind::ALL {
+                    for scope in [HoldScope::Tenant, HoldScope::Dependency, HoldScope::Method] {
+                        metrics::gauge!(HOLDS, "kind" => kind.as_str(), "scope" => scope.as_str())
+                            .set(f64::from(counts[kind.index()][scope as usize]));
+                    }
+                }
+                let now_evicted = fleet.mirror.evicted();
+                metrics::counter!(HOLDS_EVICTED_TOTAL).increment(now_evicted - evicted);
+                evicted = now_evicted;
+            }
+        });
+    }
+}
+
+/// Whether `h` passes List/Watch filters (empty matches all).
+pub fn matches(h: &Hold, catalog: &str, dependency: &str, tenant: &str) -> bool {
+    (catalog.is_empty() || h.key.catalog == catalog)
+        && (dependency.is_empty() || h.key.dependency == dependency)
+        && (tenant.is_empty() || h.key.tenant() == tenant)
+}
+
+/// A new hold id: 16 random hex digits.
+fn new_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests;

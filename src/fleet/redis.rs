@@ -1,0 +1,1 @@
+//! `--state redis://…`: holds shared through Redis (being written).

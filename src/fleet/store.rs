@@ -1,0 +1,44 @@
+//! Where holds are shared: one trait, an in-process store and a Redis store.
+//!
+//! Every decision and every Admit reads the replica's [`Mirror`]; a store
+//! only carries the mirror's changes to the other replicas and theirs back,
+//! off the call path. Only taking an open circuit's probe slot waits on the
+//! store, and only when a slot falls due.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::mirror::Mirror;
+use crate::core::hold::Hold;
+
+/// A boxed future, for the one awaited store operation.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Shares holds between the replicas of a fleet.
+pub trait SharedStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Writes a placed or extended hold for every replica, extend-only (a
+    /// hold already stored with a later `until` wins). Never blocks: the
+    /// write is queued, and a full queue drops it (counted).
+    fn put(&self, hold: &Hold);
+
+    /// Lifts `hold` for every replica (an operator's release, or a probe's
+    /// success). Queued like [`SharedStore::put`].
+    fn lift(&self, hold: &Hold);
+
+    /// Takes probe slot `slot` of the open circuit `hold` for the whole
+    /// fleet: `true` for exactly one caller per slot. When the store cannot
+    /// be reached, decides from this replica alone (at most one probe per
+    /// slot per replica).
+    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64) -> StoreFuture<'a, bool>;
+
+    /// Starts the store's background work (connect, subscribe, resync),
+    /// feeding other replicas' changes into `mirror`. Called once.
+    fn start(self: Arc<Self>, mirror: Arc<Mirror>);
+
+    /// Whether the shared store is reachable now (always true in memory).
+    fn connected(&self) -> bool;
+
+    /// A name for logs: `memory` or the Redis address without credentials.
+    fn describe(&self) -> String;
+}

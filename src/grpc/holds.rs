@@ -1,0 +1,1 @@
+//! Fleet-memory RPCs (work in progress).
