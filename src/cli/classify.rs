@@ -253,6 +253,16 @@ fn text(d: &Decision<'_>) -> String {
     if let Some(t) = d.terminal_state {
         let _ = writeln!(out, "terminal:     {}", t.as_str());
     }
+    if let Some(h) = d.hold_plan {
+        // A server with fleet memory would place this hold for every caller.
+        let _ = writeln!(
+            out,
+            "fleet hold:   {} on the {} until {}",
+            h.kind.as_str(),
+            h.scope.as_str(),
+            h.until.to_rfc3339()
+        );
+    }
     if !d.request_id.is_empty() {
         let _ = writeln!(out, "request id:   {}", d.request_id);
     }

@@ -1,6 +1,7 @@
-//! The command line: `retryd classify`, `retryd serve`, `retryd health`.
+//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`.
 
 pub mod classify;
+pub mod holds;
 pub mod policy;
 
 use std::process::ExitCode;
@@ -28,6 +29,9 @@ pub enum Command {
     /// Validate catalog files or print a catalog's decision matrix.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// List, release or watch the fleet's holds on a running server.
+    #[command(subcommand)]
+    Holds(holds::HoldsCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -37,5 +41,6 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => crate::server::serve_main(args),
         Command::Health(args) => crate::server::health_main(args),
         Command::Policy(cmd) => policy::run(&cmd),
+        Command::Holds(cmd) => holds::run(cmd),
     }
 }

@@ -315,5 +315,7 @@ pub struct Decision<'a> {
     pub warnings: super::warnings::Warnings,
     /// The fleet hold this failure asks to place, if its rule places one
     /// (the fleet layer decides whether it is new, an extension or kept).
+    /// Not part of the JSON form: the wire reports the hold in force instead.
+    #[serde(skip)]
     pub hold_plan: Option<super::hold::HoldPlan<'a>>,
 }

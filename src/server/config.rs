@@ -62,6 +62,9 @@ pub struct ServeArgs {
     /// Needs `--tls-cert`.
     #[arg(long, env = "RETRYD_TLS_CLIENT_CA", value_name = "PEM", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Fleet memory: where holds live and who manages them.
+    #[command(flatten)]
+    pub fleet: super::fleet::FleetArgs,
 }
 
 /// Default of `--max-concurrent-calls`: far above what two cores answer

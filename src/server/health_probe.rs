@@ -133,7 +133,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// `host:port` or a URL; a bare address is taken as `http://`, or as
 /// `https://` with TLS (and `http://` is upgraded with TLS).
-fn endpoint(addr: &str, timeout: Duration, tls: bool) -> Result<Endpoint, String> {
+pub(crate) fn endpoint(addr: &str, timeout: Duration, tls: bool) -> Result<Endpoint, String> {
     let scheme = if tls { "https" } else { "http" };
     let uri = match addr.split_once("://") {
         Some(("http", rest)) => format!("{scheme}://{rest}"),

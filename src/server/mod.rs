@@ -16,6 +16,7 @@
 //! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
 
 pub mod config;
+pub mod fleet;
 pub mod health_probe;
 pub mod logging;
 pub mod message_limit;
@@ -102,7 +103,17 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         // handled before the server listens.
         metrics::install();
         let _reload = reload::start(reload::Reloader::new(source, Arc::clone(&handle)), args.policy_watch);
-        run(config, handle, shutdown::signal()).await
+        let (fleet, operators) = match fleet::build(&args.fleet) {
+            Ok(built) => built,
+            Err(e) => return Err(ServerError::Config(e)),
+        };
+        tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
+        fleet.spawn_upkeep(Duration::from_millis(500));
+        BoundServer::bind(config, handle)
+            .await?
+            .with_fleet(fleet, operators)
+            .serve(shutdown::signal())
+            .await
     });
     // Calls abandoned after the grace period must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));
