@@ -141,13 +141,16 @@ async fn execute(cmd: HoldsCommand) -> u8 {
         HoldsCommand::List { filter, format, .. } => {
             let mut page_token = String::new();
             loop {
-                let req = authorized(pb::ListHoldsRequest {
-                    catalog: filter.catalog.clone(),
-                    dependency: filter.dependency.clone(),
-                    tenant: filter.tenant.clone(),
-                    page_size: 1_000,
-                    page_token,
-                }, token.as_deref());
+                let req = authorized(
+                    pb::ListHoldsRequest {
+                        catalog: filter.catalog.clone(),
+                        dependency: filter.dependency.clone(),
+                        tenant: filter.tenant.clone(),
+                        page_size: 1_000,
+                        page_token,
+                    },
+                    token.as_deref(),
+                );
                 let resp = match tokio::time::timeout(conn.timeout, client.list_holds(req)).await {
                     Ok(Ok(r)) => r.into_inner(),
                     Ok(Err(s)) => return failed(s),
@@ -163,7 +166,11 @@ async fn execute(cmd: HoldsCommand) -> u8 {
             }
         }
         HoldsCommand::Release { id, .. } => {
-            match tokio::time::timeout(conn.timeout, client.release_hold(authorized(pb::ReleaseHoldRequest { id }, token.as_deref()))).await
+            match tokio::time::timeout(
+                conn.timeout,
+                client.release_hold(authorized(pb::ReleaseHoldRequest { id }, token.as_deref())),
+            )
+            .await
             {
                 Ok(Ok(r)) => {
                     if let Some(h) = r.into_inner().hold {

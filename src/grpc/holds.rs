@@ -106,7 +106,8 @@ pub fn caller_of<T>(req: &Request<T>) -> String {
     if let Some(id) = peer_identities(req).into_iter().next() {
         return format!("cert:{id}");
     }
-    req.remote_addr().map_or_else(|| "unknown".to_owned(), |a| a.ip().to_string())
+    req.remote_addr()
+        .map_or_else(|| "unknown".to_owned(), |a| a.ip().to_string())
 }
 
 /// INVALID_ARGUMENT naming `field`.
@@ -163,7 +164,9 @@ pub async fn admit(fleet: &Fleet, policy: &Policy, req: &pb::AdmitRequest) -> Re
     let catalog = resolve_catalog(policy, &req.catalog, "catalog")?;
     check_scope_fields(&req.dependency, &req.tenant, &req.method, "")?;
     let now = UnixMillis::now();
-    let out = fleet.admit(catalog, &req.dependency, &req.tenant, &req.method, now).await;
+    let out = fleet
+        .admit(catalog, &req.dependency, &req.tenant, &req.method, now)
+        .await;
     Ok(pb::AdmitResponse {
         admitted: out.admitted,
         // The caller named its own tenant: it sees it in clear.
@@ -235,7 +238,11 @@ pub fn list_holds(fleet: &Fleet, req: &pb::ListHoldsRequest, operator: bool) -> 
     let next = offset + page.len();
     Ok(pb::ListHoldsResponse {
         holds: page,
-        next_page_token: if next < all.len() { next.to_string() } else { String::new() },
+        next_page_token: if next < all.len() {
+            next.to_string()
+        } else {
+            String::new()
+        },
     })
 }
 
@@ -278,7 +285,9 @@ pub fn watch_holds(
             let drained = *draining.borrow_and_update();
             if drained {
                 let _ = tx
-                    .send(Err(Status::unavailable("server is shutting down; watch again elsewhere")))
+                    .send(Err(Status::unavailable(
+                        "server is shutting down; watch again elsewhere",
+                    )))
                     .await;
                 return;
             }

@@ -20,8 +20,8 @@ use super::holds::{self, Operators};
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
 use super::pool;
-use crate::core::limits::{self, FieldViolation};
 use crate::core::hold::Hold;
+use crate::core::limits::{self, FieldViolation};
 use crate::core::{DecideError, Decision, Policy, UnixMillis, Verdict, Warning, decide, decide_held};
 use crate::fleet::{Fleet, PlaceOutcome};
 
@@ -199,7 +199,9 @@ impl RetryDecisionApi {
             }
             let slot = &mut results[i];
             slot.index = u32::try_from(i).unwrap_or(u32::MAX);
-            match decide_failure(&policy, failure, &req.locale, now, &fleet, |f| format!("failures[{i}].{f}")) {
+            match decide_failure(&policy, failure, &req.locale, now, &fleet, |f| {
+                format!("failures[{i}].{f}")
+            }) {
                 Ok((d, hold)) => {
                     count(&mut summary, d.verdict);
                     tally.add(d.catalog, d.verdict);
@@ -277,7 +279,10 @@ impl RetryDecisionService for RetryDecisionApi {
         holds::report_outcomes(fleet, &policy, request.get_ref()).map(Response::new)
     }
 
-    async fn list_holds(&self, request: Request<pb::ListHoldsRequest>) -> Result<Response<pb::ListHoldsResponse>, Status> {
+    async fn list_holds(
+        &self,
+        request: Request<pb::ListHoldsRequest>,
+    ) -> Result<Response<pb::ListHoldsResponse>, Status> {
         let fleet = self.fleet()?;
         let operator = self.operators.allows(&request);
         holds::list_holds(fleet, request.get_ref(), operator).map(Response::new)
@@ -317,7 +322,10 @@ impl RetryDecisionService for RetryDecisionApi {
         request: Request<pb::ClassifyBatchRequest>,
     ) -> Result<Response<pb::ClassifyBatchResponse>, Status> {
         let now = UnixMillis::now();
-        let caller = self.fleet.as_ref().map_or_else(|| "local".to_owned(), |_| holds::caller_of(&request));
+        let caller = self
+            .fleet
+            .as_ref()
+            .map_or_else(|| "local".to_owned(), |_| holds::caller_of(&request));
         let req = request.into_inner();
         // Decided, the request's failures are given back for the next request
         // to decode into (see `pool`).

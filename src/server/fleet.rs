@@ -89,7 +89,12 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
     };
     let operators = Operators {
         token,
-        identities: args.operator_identities.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+        identities: args
+            .operator_identities
+            .iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
         allow_loopback: args.operator_allow_loopback,
     };
     Ok((fleet, operators))

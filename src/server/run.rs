@@ -16,8 +16,8 @@ use super::metrics::{self, GrpcMetricsLayer};
 use super::overload::{SHED_TOTAL, ShedLayer};
 use super::panic::CatchPanicLayer;
 use super::tls::{ServerTls, TlsError};
-use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
 use crate::fleet::Fleet;
+use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
 use crate::grpc::{Operators, PolicyHandle, RetryDecisionApi, SERVICE_NAME, ServiceConfig};
 
 /// What the server needs beyond the policy.
@@ -103,7 +103,10 @@ impl ServerError {
     /// Whether the error is the configuration's (exit 2) rather than the
     /// environment's (exit 1).
     pub fn is_config(&self) -> bool {
-        matches!(self, ServerError::Tls(_) | ServerError::TlsConfig(_) | ServerError::Config(_))
+        matches!(
+            self,
+            ServerError::Tls(_) | ServerError::TlsConfig(_) | ServerError::Config(_)
+        )
     }
 }
 

@@ -20,11 +20,7 @@ impl Redis {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("retryd-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("redis dir");
-        let mut r = Redis {
-            child: None,
-            port,
-            dir,
-        };
+        let mut r = Redis { child: None, port, dir };
         r.restart();
         r
     }
@@ -46,7 +42,16 @@ impl Redis {
     pub fn restart(&mut self) {
         self.kill();
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(&self.dir)
             .stdin(Stdio::null())
@@ -57,7 +62,11 @@ impl Redis {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.cli(&["PING"]).trim() != "PONG" {
-            assert!(Instant::now() < deadline, "redis-server did not start on port {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on port {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

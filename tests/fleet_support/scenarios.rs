@@ -142,7 +142,11 @@ async fn admit(c: &mut RetryDecisionServiceClient<Channel>, req: pb::AdmitReques
 }
 
 /// Waits until Admit on `c` answers `admitted` for `req`.
-async fn until_admitted(c: &RetryDecisionServiceClient<Channel>, req: &pb::AdmitRequest, admitted: bool) -> pb::AdmitResponse {
+async fn until_admitted(
+    c: &RetryDecisionServiceClient<Channel>,
+    req: &pb::AdmitRequest,
+    admitted: bool,
+) -> pb::AdmitResponse {
     eventually(SPREAD, &format!("admit {req:?} == {admitted}"), || {
         let mut c = c.clone();
         let req = req.clone();
@@ -185,9 +189,16 @@ pub async fn quota_stop(a: &Server, b: &Server) {
         .expect("watch")
         .into_inner();
 
-    let d = classify(&mut ca, failure("frontspin", "RATE_LIMITED", pb::OperationKind::Write, dep, "acme")).await;
+    let d = classify(
+        &mut ca,
+        failure("frontspin", "RATE_LIMITED", pb::OperationKind::Write, dep, "acme"),
+    )
+    .await;
     let hold = d.hold.clone().expect("the decision carries the hold it placed");
-    assert_eq!((hold.kind(), hold.scope()), (pb::HoldKind::QuotaStop, pb::Scope::Tenant));
+    assert_eq!(
+        (hold.kind(), hold.scope()),
+        (pb::HoldKind::QuotaStop, pb::Scope::Tenant)
+    );
     assert_eq!(hold.tenant, "acme");
     let reset = next_utc_midnight();
     assert_eq!(ms(&hold.until), reset, "until the next daily reset (00:00 UTC)");
@@ -202,13 +213,30 @@ pub async fn quota_stop(a: &Server, b: &Server) {
     let on_b = refused.hold.expect("the hold refusing it");
     assert_eq!(on_b.kind(), pb::HoldKind::QuotaStop);
     assert_eq!(ms(&refused.retry_at), reset);
-    assert!(admit(&mut cb, admit_req("frontspin", dep, "globex", "deal.sync")).await.admitted);
+    assert!(
+        admit(&mut cb, admit_req("frontspin", dep, "globex", "deal.sync"))
+            .await
+            .admitted
+    );
 
     // Another failure for acme on b: the stop is in force there too.
-    let other = classify(&mut cb, failure("frontspin", "FRONTSPIN_SERVER_ERROR", pb::OperationKind::Read, dep, "acme")).await;
+    let other = classify(
+        &mut cb,
+        failure(
+            "frontspin",
+            "FRONTSPIN_SERVER_ERROR",
+            pb::OperationKind::Read,
+            dep,
+            "acme",
+        ),
+    )
+    .await;
     assert_eq!(other.hold.as_ref().map(|h| h.id.as_str()), Some(hold.id.as_str()));
     let r = other.retry.expect("contract");
-    assert!(r.after_ms as i64 >= reset - now_ms() - 1_000, "after_ms reaches the reset: {r:?}");
+    assert!(
+        r.after_ms as i64 >= reset - now_ms() - 1_000,
+        "after_ms reaches the reset: {r:?}"
+    );
 
     let released = cb
         .release_hold(as_operator(pb::ReleaseHoldRequest { id: on_b.id.clone() }))
@@ -225,19 +253,40 @@ pub async fn quota_stop(a: &Server, b: &Server) {
 /// every tenant of that portal, and no other portal.
 pub async fn quarantine(a: &Server, b: &Server) {
     let (mut ca, cb) = (a.client().await, b.client().await);
-    let mut f = failure("vibecode", "TIMEOUT_QUARANTINE", pb::OperationKind::Read, "portal-q.bitrix24.ru", "t1");
+    let mut f = failure(
+        "vibecode",
+        "TIMEOUT_QUARANTINE",
+        pb::OperationKind::Read,
+        "portal-q.bitrix24.ru",
+        "t1",
+    );
     f.retry_after = "30".into();
     let d = classify(&mut ca, f).await;
     let hold = d.hold.expect("quarantine");
-    assert_eq!((hold.kind(), hold.scope()), (pb::HoldKind::Quarantine, pb::Scope::Dependency));
+    assert_eq!(
+        (hold.kind(), hold.scope()),
+        (pb::HoldKind::Quarantine, pb::Scope::Dependency)
+    );
     let left = ms(&hold.until) - now_ms();
     assert!((28_000..=30_500).contains(&left), "the full Retry-After: {left} ms");
     for tenant in ["t2", "", "t1"] {
-        let r = until_admitted(&cb, &admit_req("vibecode", "portal-q.bitrix24.ru", tenant, "crm.deal.add"), false).await;
+        let r = until_admitted(
+            &cb,
+            &admit_req("vibecode", "portal-q.bitrix24.ru", tenant, "crm.deal.add"),
+            false,
+        )
+        .await;
         assert_eq!(r.hold.expect("hold").kind(), pb::HoldKind::Quarantine);
     }
     let mut cb = cb;
-    assert!(admit(&mut cb, admit_req("vibecode", "portal-other.bitrix24.ru", "t2", "crm.deal.add")).await.admitted);
+    assert!(
+        admit(
+            &mut cb,
+            admit_req("vibecode", "portal-other.bitrix24.ru", "t2", "crm.deal.add")
+        )
+        .await
+        .admitted
+    );
 }
 
 /// An open circuit admits exactly one probe per interval across both
@@ -267,7 +316,10 @@ pub async fn circuit(a: &Server, b: &Server) {
     for call in calls {
         let r = call.await.expect("join");
         if r.admitted {
-            assert!(!r.probe_token.is_empty(), "admitted under an open circuit only as its probe");
+            assert!(
+                !r.probe_token.is_empty(),
+                "admitted under an open circuit only as its probe"
+            );
             tokens.push(r.probe_token);
         }
     }
@@ -312,7 +364,11 @@ pub async fn generic_and_capped(a: &Server, b: &Server) {
     f.retry_after = "5".into();
     let d = classify(&mut ca, f).await;
     assert!(d.hold.is_none(), "{d:?}");
-    assert!(d.warnings.iter().any(|w| w.starts_with("hold_needs_dependency")), "{:?}", d.warnings);
+    assert!(
+        d.warnings.iter().any(|w| w.starts_with("hold_needs_dependency")),
+        "{:?}",
+        d.warnings
+    );
     let listed = cb
         .list_holds(as_operator(pb::ListHoldsRequest {
             catalog: "vibecode".into(),
@@ -323,15 +379,28 @@ pub async fn generic_and_capped(a: &Server, b: &Server) {
         .into_inner();
     assert!(listed.holds.iter().all(|h| !h.dependency.is_empty()), "{listed:?}");
 
-    let mut huge = failure("vibecode", "TIMEOUT_QUARANTINE", pb::OperationKind::Read, "portal-cap", "t1");
+    let mut huge = failure(
+        "vibecode",
+        "TIMEOUT_QUARANTINE",
+        pb::OperationKind::Read,
+        "portal-cap",
+        "t1",
+    );
     huge.retry_after = "99999999".into();
     let d = classify(&mut ca, huge).await;
     let cap = 25 * 3_600_000;
     let retry = d.retry.expect("contract");
     assert_eq!((retry.after_ms, retry.max_after_ms), (cap, cap));
-    assert!(d.warnings.iter().any(|w| w.starts_with("delay_capped")), "{:?}", d.warnings);
+    assert!(
+        d.warnings.iter().any(|w| w.starts_with("delay_capped")),
+        "{:?}",
+        d.warnings
+    );
     let left = ms(&d.hold.expect("hold").until) - now_ms();
-    assert!(left <= cap as i64 && left > cap as i64 - 5_000, "the hold ends at the cap too: {left}");
+    assert!(
+        left <= cap as i64 && left > cap as i64 - 5_000,
+        "the hold ends at the cap too: {left}"
+    );
     let r = until_admitted(&cb, &admit_req("vibecode", "portal-cap", "t9", ""), false).await;
     assert!(ms(&r.retry_at) - now_ms() <= cap as i64);
 }
@@ -339,7 +408,17 @@ pub async fn generic_and_capped(a: &Server, b: &Server) {
 /// ReleaseHold is for operators; others see tenants hashed.
 pub async fn operators(a: &Server, b: &Server) {
     let (mut ca, mut cb) = (a.client().await, b.client().await);
-    let d = classify(&mut ca, failure("frontspin", "RATE_LIMITED", pb::OperationKind::Read, "fs-ops", "secret-tenant")).await;
+    let d = classify(
+        &mut ca,
+        failure(
+            "frontspin",
+            "RATE_LIMITED",
+            pb::OperationKind::Read,
+            "fs-ops",
+            "secret-tenant",
+        ),
+    )
+    .await;
     let id = d.hold.expect("hold").id;
     let denied = cb
         .release_hold(pb::ReleaseHoldRequest { id: id.clone() })
@@ -347,10 +426,14 @@ pub async fn operators(a: &Server, b: &Server) {
         .expect_err("not an operator");
     assert_eq!(denied.code(), Code::PermissionDenied);
     let mut bad_token = Request::new(pb::ReleaseHoldRequest { id: id.clone() });
-    bad_token
-        .metadata_mut()
-        .insert("authorization", "Bearer not-the-token-at-all".parse().expect("metadata"));
-    assert_eq!(cb.release_hold(bad_token).await.expect_err("wrong token").code(), Code::PermissionDenied);
+    bad_token.metadata_mut().insert(
+        "authorization",
+        "Bearer not-the-token-at-all".parse().expect("metadata"),
+    );
+    assert_eq!(
+        cb.release_hold(bad_token).await.expect_err("wrong token").code(),
+        Code::PermissionDenied
+    );
 
     let plain = eventually(SPREAD, "b lists the hold", || {
         let mut cb = cb.clone();
@@ -367,7 +450,10 @@ pub async fn operators(a: &Server, b: &Server) {
         }
     })
     .await;
-    assert!(plain.tenant.starts_with("h:") && !plain.tenant.contains("secret"), "{plain:?}");
+    assert!(
+        plain.tenant.starts_with("h:") && !plain.tenant.contains("secret"),
+        "{plain:?}"
+    );
     let by_raw = cb
         .list_holds(pb::ListHoldsRequest {
             tenant: "secret-tenant".into(),
@@ -401,10 +487,16 @@ pub async fn bad_input(s: &Server) {
             .and_then(|b| b.field_violations.first().map(|v| v.field.clone()))
             .unwrap_or_else(|| panic!("no BadRequest in {st:?}"))
     };
-    let e = c.admit(admit_req("nope", "d", "t", "")).await.expect_err("unknown catalog");
+    let e = c
+        .admit(admit_req("nope", "d", "t", ""))
+        .await
+        .expect_err("unknown catalog");
     assert_eq!(field(&e), "catalog");
     let long = "d".repeat(300);
-    let e = c.admit(admit_req("", &long, "t", "")).await.expect_err("long dependency");
+    let e = c
+        .admit(admit_req("", &long, "t", ""))
+        .await
+        .expect_err("long dependency");
     assert_eq!(field(&e), "dependency");
     let mut f = failure("vibecode", "TIMEOUT_QUARANTINE", pb::OperationKind::Read, &long, "t");
     f.retry_after = "30".into();

@@ -1,9 +1,9 @@
 //! Parsing and validating one catalog file into a [`Catalog`]. Every problem
 //! is collected, not just the first, so `retryd policy check` can list them.
 
+use super::holds::{DEFAULT_MAX_DELAY_MS, compile_hold, compile_quota};
 use super::locate::{line_of, line_of_key};
 use super::source::{CatalogSource, CodeSource, RuleSource, TextSource};
-use super::holds::{DEFAULT_MAX_DELAY_MS, compile_hold, compile_quota};
 use super::{Backoff, Catalog, CodeEntry, DelayKind, LocalText, Rule};
 use crate::core::model::{Locale, SideEffectState, TargetReached, TerminalState, Verdict};
 

@@ -63,7 +63,11 @@ pub(super) fn plan<'a>(
         dependency: failure.dependency,
         subject,
         until,
-        probe_every_ms: if h.kind == HoldKind::CircuitOpen { h.probe_every_ms } else { 0 },
+        probe_every_ms: if h.kind == HoldKind::CircuitOpen {
+            h.probe_every_ms
+        } else {
+            0
+        },
         code: failure.code,
         rule: &rule.id,
         reason: rule.reason.get(Locale::En),

@@ -73,7 +73,10 @@ pub fn decide_held<'a>(
     let rule = entry.rule(operation, attempt, retry_after.is_some());
     let hold_plan = rule.hold.as_ref().and_then(|h| {
         let plan = holds::plan(h, catalog, entry, rule, failure, retry_after, now, &mut warnings);
-        plan.map(|p| HoldPlan { code: if known_code { &entry.code } else { failure.code }, ..p })
+        plan.map(|p| HoldPlan {
+            code: if known_code { &entry.code } else { failure.code },
+            ..p
+        })
     });
 
     let locale = match Locale::parse(failure.locale) {

@@ -7,8 +7,8 @@ use proptest::prelude::{
 
 use super::matrix_tests::{NOW, assert_contract_consistent, policy};
 use super::*;
-use crate::core::warnings::Warning;
 use crate::core::model::{Failure, Operation};
+use crate::core::warnings::Warning;
 
 /// The seed's consumer algorithm (ASC 0.1 `should_retry`), verbatim in Rust.
 fn should_retry(code: &str, d: &Decision<'_>, operation_is_idempotent: bool) -> bool {
