@@ -53,7 +53,7 @@ fn check_prints_every_error_and_exits_1() {
 
     assert!(err.contains("duplicate code or alias \"QUEUE_OVERFLOW\""), "{err}");
     assert!(
-        err.contains("typo.toml:2: document: unknown field `max_attemps`"),
+        err.contains("typo.toml:2: max_attemps: unknown key `max_attemps`; did you mean `max_attempts`?"),
         "{err}"
     );
     assert!(err.contains("bad.toml:14: backoff.cap_ms"), "{err}");
