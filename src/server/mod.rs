@@ -55,6 +55,7 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     let source = reload::PolicySource {
         paths: args.policy_paths(),
         default_catalog: args.default_catalog.clone(),
+        max_file_bytes: args.max_policy_bytes,
     };
     let policy = match source.load() {
         Ok(p) => p,
@@ -77,6 +78,9 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         policy_paths = ?source.paths,
         "policy loaded"
     );
+    for dir in crate::load::empty_dirs(&source.paths) {
+        tracing::warn!(dir = %dir.display(), "--policy directory holds no .toml file; only the embedded catalogs and other paths are served");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

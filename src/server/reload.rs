@@ -33,7 +33,7 @@ use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
-use crate::core::{Policy, PolicyError};
+use crate::core::Policy;
 use crate::grpc::PolicyHandle;
 use crate::load::{self, LoadError};
 
@@ -57,12 +57,14 @@ pub struct PolicySource {
     pub paths: Vec<PathBuf>,
     /// `--default-catalog`.
     pub default_catalog: String,
+    /// `--max-policy-bytes`: the largest catalog file read.
+    pub max_file_bytes: u64,
 }
 
 impl PolicySource {
     /// Loads and validates the policy (reads files: call off async workers).
     pub fn load(&self) -> Result<Policy, LoadError> {
-        load::load_policy(&self.paths, &self.default_catalog)
+        load::load_policy_limited(&self.paths, &self.default_catalog, self.max_file_bytes)
     }
 
     /// The directories to watch: each directory path itself, and the parent
@@ -90,10 +92,7 @@ impl PolicySource {
 /// Every error of a failed load as its own line (`file:line: key: message`
 /// for catalog errors).
 pub fn error_lines(e: &LoadError) -> Vec<String> {
-    match e {
-        LoadError::Policy(PolicyError::Invalid(errors)) => errors.iter().map(ToString::to_string).collect(),
-        other => vec![other.to_string()],
-    }
+    e.lines()
 }
 
 /// What started a reload.
@@ -423,6 +422,7 @@ mod tests {
         let source = PolicySource {
             paths: vec![dir.clone(), dir.join("a.toml"), PathBuf::from("b.toml")],
             default_catalog: "vibecode".into(),
+            max_file_bytes: load::DEFAULT_MAX_POLICY_BYTES,
         };
         assert_eq!(source.watch_dirs(), vec![dir.clone(), PathBuf::from(".")]);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -444,6 +444,7 @@ mod tests {
         let source = PolicySource {
             paths: vec![dir.clone()],
             default_catalog: "vibecode".into(),
+            max_file_bytes: load::DEFAULT_MAX_POLICY_BYTES,
         };
         let handle: PolicyHandle = Arc::new(ArcSwap::from_pointee(source.load().unwrap()));
         let reloader = Reloader::new(source, Arc::clone(&handle));
@@ -468,6 +469,57 @@ mod tests {
         assert_eq!(from, v1);
         assert_eq!(handle.load().version(), to);
         assert_eq!(handle.load().catalog("mine").unwrap().max_attempts, 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn an_unreadable_file_in_a_policy_directory_refuses_the_reload_and_keeps_the_catalog() {
+        let dir = temp_dir("special");
+        std::fs::write(dir.join("mine.toml"), catalog("mine", 3)).unwrap();
+        let source = PolicySource {
+            paths: vec![dir.clone()],
+            default_catalog: "vibecode".into(),
+            max_file_bytes: load::DEFAULT_MAX_POLICY_BYTES,
+        };
+        let handle: PolicyHandle = Arc::new(ArcSwap::from_pointee(source.load().unwrap()));
+        let reloader = Reloader::new(source, Arc::clone(&handle));
+        let v1 = handle.load().version().to_owned();
+
+        // The catalog's file swapped for a symlink to a device, then a FIFO:
+        // refused, naming the path; "mine" keeps serving.
+        std::fs::remove_file(dir.join("mine.toml")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("mine.toml")).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), reloader.reload(Trigger::FileChange))
+            .await
+            .expect("the reload blocked");
+        let ReloadOutcome::Refused(errors) = outcome else {
+            panic!("a device in place of a catalog must be refused, got {outcome:?}");
+        };
+        assert!(
+            errors.iter().any(|e| e.contains("mine.toml: not a regular file")),
+            "{errors:?}"
+        );
+        assert_eq!(handle.load().version(), v1);
+        assert!(handle.load().catalog("mine").is_some());
+
+        std::fs::remove_file(dir.join("mine.toml")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join("mine.toml"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let outcome = tokio::time::timeout(Duration::from_secs(10), reloader.reload(Trigger::Signal))
+            .await
+            .expect("the reload blocked on a FIFO");
+        assert!(matches!(outcome, ReloadOutcome::Refused(_)), "{outcome:?}");
+        assert!(handle.load().catalog("mine").is_some());
+
+        // Only a file that is really gone removes its catalog.
+        std::fs::remove_file(dir.join("mine.toml")).unwrap();
+        let outcome = reloader.reload(Trigger::FileChange).await;
+        assert!(matches!(outcome, ReloadOutcome::Swapped { .. }), "{outcome:?}");
+        assert!(handle.load().catalog("mine").is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,6 +7,7 @@ mod locate;
 pub mod source;
 
 pub use compile::{CatalogError, compile_catalog};
+pub use locate::line_of_key;
 
 use rustc_hash::FxHashMap;
 
