@@ -277,7 +277,7 @@ async fn editing_the_file_reloads_under_load() {
     assert_eq!(sample(&scrape, &info_series(&v2)), Some(1.0), "{scrape}");
     assert_eq!(sample(&scrape, &info_series(&v1)), Some(0.0), "{scrape}");
     // The new version is logged.
-    server.until_logged(&["policy reloaded", &v2]).await;
+    server.until_logged(&["policy reload: applied", &v2]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,6 +309,78 @@ async fn sighup_reloads_when_not_watching() {
         Some(1.0),
         "{scrape}"
     );
+}
+
+/// The `policy reload: …` outcome lines logged so far.
+fn outcomes(server: &Server) -> Vec<String> {
+    server
+        .log()
+        .lines()
+        .filter(|l| l.contains("policy reload: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reload_logs_its_outcome_once_at_info() {
+    let dir = TempDir::new("outcomes");
+    let file = dir.join("mine.toml");
+    std::fs::write(&file, catalog("mine", 3)).expect("write");
+    let server = Server::start(&["--policy", file.to_str().unwrap(), "--policy-watch", "false"]);
+    let v1 = version_of(&[&file]);
+    until_version(&server, &v1).await;
+    let logged = |n: usize| {
+        let server = &server;
+        async move {
+            eventually(RELOAD_WITHIN, "the reload's outcome is logged", || async {
+                let lines = outcomes(server);
+                (lines.len() >= n).then_some(lines)
+            })
+            .await
+        }
+    };
+
+    // SIGHUP, nothing changed.
+    server.hangup();
+    let lines = logged(1).await;
+    assert!(
+        lines[0].contains("INFO") && lines[0].contains("policy reload: unchanged"),
+        "{lines:#?}"
+    );
+    assert!(lines[0].contains(&v1), "{lines:#?}");
+
+    // A broken edit: the errors, then one outcome line.
+    replace_file(&file, "name = \"mine\"\nmax_attempts = [\n");
+    server.hangup();
+    let lines = logged(2).await;
+    assert!(
+        lines[1].contains("INFO") && lines[1].contains("policy reload: refused"),
+        "{lines:#?}"
+    );
+    assert!(lines[1].contains(&v1), "the version that keeps serving: {lines:#?}");
+
+    // Fixed back to the version in force: the recovery is said.
+    replace_file(&file, &catalog("mine", 3));
+    server.hangup();
+    let lines = logged(3).await;
+    assert!(
+        lines[2].contains("INFO") && lines[2].contains("policy reload: unchanged; the files load again"),
+        "{lines:#?}"
+    );
+
+    // A new version: applied, naming it.
+    replace_file(&file, &catalog("mine", 2));
+    let v2 = version_of(&[&file]);
+    server.hangup();
+    let lines = logged(4).await;
+    assert!(
+        lines[3].contains("INFO") && lines[3].contains(&format!("policy reload: applied {v2}")),
+        "{lines:#?}"
+    );
+
+    // Once per reload: four SIGHUPs, four outcome lines.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(outcomes(&server).len(), 4, "{}", server.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

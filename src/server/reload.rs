@@ -12,7 +12,8 @@
 //! one `ArcSwap::store`, so each call is decided wholly by the old or wholly
 //! by the new policy. A policy that fails to load is refused: the old one
 //! keeps serving, every error is logged with its file and line, and health
-//! stays SERVING.
+//! stays SERVING. Every reload ends in one `policy reload: applied …`,
+//! `… unchanged …` or `… refused …` line at info.
 //!
 //! Metrics:
 //! - `retryd_policy_reload_total{result}`: reload attempts, `result` one of
@@ -27,6 +28,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use notify::event::{AccessKind, AccessMode};
@@ -135,6 +137,8 @@ pub enum ReloadOutcome {
 pub struct Reloader {
     source: Arc<PolicySource>,
     handle: PolicyHandle,
+    /// The latest reload was refused (so an unchanged one is a recovery).
+    refused_last: Arc<AtomicBool>,
 }
 
 impl Reloader {
@@ -150,6 +154,7 @@ impl Reloader {
         Reloader {
             source: Arc::new(source),
             handle,
+            refused_last: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -209,10 +214,14 @@ impl Reloader {
         }
     }
 
+    /// Logs the outcome of one reload — one `policy reload: …` line at info
+    /// (`applied` with the new version, `unchanged`, or `refused`, after an
+    /// error line per problem) — and counts it.
     fn record(&self, trigger: Trigger, outcome: &ReloadOutcome) {
         let trigger = trigger.as_str();
         match outcome {
             ReloadOutcome::Swapped { from, to } => {
+                self.refused_last.store(false, Ordering::Relaxed);
                 metrics::counter!(RELOAD_TOTAL, "result" => "ok").increment(1);
                 metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(1.0);
                 metrics::gauge!(POLICY_INFO, "version" => from.clone()).set(0.0);
@@ -222,26 +231,39 @@ impl Reloader {
                     policy_version = %to,
                     previous_version = %from,
                     catalogs = %self.handle.load().catalog_names(),
-                    "policy reloaded"
+                    "policy reload: applied {to}"
                 );
             }
             ReloadOutcome::Unchanged(version) => {
                 metrics::counter!(RELOAD_TOTAL, "result" => "unchanged").increment(1);
                 metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(1.0);
-                tracing::debug!(trigger, policy_version = %version, "policy reload: unchanged");
+                if self.refused_last.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        trigger,
+                        policy_version = %version,
+                        "policy reload: unchanged; the files load again and are the version in force, {version}"
+                    );
+                } else {
+                    tracing::info!(
+                        trigger,
+                        policy_version = %version,
+                        "policy reload: unchanged; {version} stays in force"
+                    );
+                }
             }
             ReloadOutcome::Refused(errors) => {
+                self.refused_last.store(true, Ordering::Relaxed);
                 // Log before counting: whoever is alerted by the counter finds
                 // the file and line already in the log.
                 let serving = self.handle.load().version().to_owned();
                 for e in errors {
                     tracing::error!(trigger, policy_version = %serving, "policy reload refused: {e}");
                 }
-                tracing::warn!(
+                tracing::info!(
                     trigger,
                     policy_version = %serving,
                     errors = errors.len(),
-                    "policy reload refused; the previous policy keeps serving"
+                    "policy reload: refused; the previous policy, {serving}, keeps serving"
                 );
                 metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(0.0);
                 metrics::counter!(RELOAD_TOTAL, "result" => "error").increment(1);
