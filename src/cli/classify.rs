@@ -247,8 +247,8 @@ fn text(d: &Decision<'_>) -> String {
     if !d.request_id.is_empty() {
         let _ = writeln!(out, "request id:   {}", d.request_id);
     }
-    for w in d.warnings.iter() {
-        let _ = writeln!(out, "warning:      {}", w.message());
+    for w in d.warnings.texts() {
+        let _ = writeln!(out, "warning:      {w}");
     }
     let _ = write!(out, "rule:         {} ({})", d.rule, d.policy_version);
     out

@@ -303,5 +303,5 @@ pub struct Decision<'a> {
     /// A final state to record, e.g. `FAILED_PERMANENT`.
     pub terminal_state: Option<TerminalState>,
     /// Input that was ignored or adjusted.
-    pub warnings: super::warnings::Warnings,
+    pub warnings: super::warnings::Warnings<'a>,
 }

@@ -167,6 +167,17 @@ impl Catalog {
         self.index.get(code).map(|&i| &self.codes[i])
     }
 
+    /// The spelling (code or alias) that `code` matches only when ASCII case
+    /// is ignored, for a "did you mean" warning; lookups stay case-sensitive.
+    /// A scan: it runs only for unknown codes.
+    pub fn lookup_ignore_case(&self, code: &str) -> Option<&str> {
+        self.codes
+            .iter()
+            .flat_map(|e| std::iter::once(&e.code).chain(e.aliases.iter()))
+            .find(|spelling| spelling.eq_ignore_ascii_case(code))
+            .map(|s| &**s)
+    }
+
     /// Every known code, in file order.
     pub fn codes(&self) -> &[CodeEntry] {
         &self.codes

@@ -44,7 +44,12 @@ pub fn decide<'a>(policy: &'a Policy, failure: &Failure<'a>, now: UnixMillis) ->
         "" => (catalog.no_envelope(), false),
         code => match catalog.lookup(code) {
             Some(entry) => (entry, true),
-            None => (catalog.unknown(), false),
+            None => {
+                if let Some(spelling) = catalog.lookup_ignore_case(code) {
+                    warnings.add_code_case_mismatch(spelling);
+                }
+                (catalog.unknown(), false)
+            }
         },
     };
     let attempt = if failure.attempt == 0 {
@@ -226,7 +231,7 @@ impl<'a> Draft<'a> {
     }
 
     /// The dependency's advice can only make the answer more careful.
-    fn apply_upstream(&mut self, up: &RetryContract<'a>, warnings: &mut Warnings) {
+    fn apply_upstream(&mut self, up: &RetryContract<'a>, warnings: &mut Warnings<'a>) {
         if up.side_effect_state > self.side_effect && up.side_effect_state != SideEffectState::Confirmed {
             self.side_effect = up.side_effect_state;
         }
@@ -283,7 +288,7 @@ impl<'a> Draft<'a> {
 }
 
 /// The larger of the raw and the pre-parsed Retry-After, if any.
-fn retry_after_ms(failure: &Failure<'_>, now: UnixMillis, warnings: &mut Warnings) -> Option<u64> {
+fn retry_after_ms(failure: &Failure<'_>, now: UnixMillis, warnings: &mut Warnings<'_>) -> Option<u64> {
     let raw = if failure.retry_after.trim().is_empty() {
         None
     } else {
