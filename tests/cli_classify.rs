@@ -141,3 +141,35 @@ fn a_code_in_another_case_gets_a_did_you_mean_warning() {
         "{d}"
     );
 }
+
+#[test]
+fn a_policy_error_names_where_the_path_came_from() {
+    let out = classify(&["--policy", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("retryd classify: --policy: /nonexistent"));
+    let out = Command::new(env!("CARGO_BIN_EXE_retryd"))
+        .args(["classify", "--code", "X"])
+        .env("RETRYD_POLICY", "/nonexistent")
+        .output()
+        .expect("run retryd");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("retryd classify: RETRYD_POLICY: /nonexistent"), "{err}");
+}
+
+#[test]
+fn the_read_reason_of_bitrix_timeout_speaks_of_the_read() {
+    let d = json(&[
+        "--code",
+        "BITRIX_TIMEOUT",
+        "--operation",
+        "read",
+        "--attempt",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let reason = d["reason"].as_str().unwrap();
+    assert!(!reason.contains("write"), "{reason}");
+    assert!(reason.contains("read"), "{reason}");
+}

@@ -110,7 +110,10 @@ fn matrix_command(args: &MatrixArgs) -> ExitCode {
     let policy = match load::load_policy(&args.policy, crate::core::policy::DEFAULT_CATALOG) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("retryd policy matrix: --policy: {e}");
+            eprintln!(
+                "retryd policy matrix: {}: {e}",
+                crate::cli::classify::policy_origin(std::env::args_os())
+            );
             return ExitCode::from(2);
         }
     };
