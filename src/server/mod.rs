@@ -72,6 +72,8 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        // the PID, so SIGHUP (reload) can be sent to this server only
+        pid = std::process::id(),
         policy_version = policy.version(),
         catalogs = %policy.catalog_names(),
         default_catalog = %args.default_catalog,
