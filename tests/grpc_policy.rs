@@ -430,6 +430,47 @@ async fn a_broken_policy_is_refused_and_the_old_one_keeps_serving() {
     report.assert_clean(&[&v1, &v2]);
 }
 
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_file_turned_into_a_device_or_fifo_refuses_the_reload_and_the_catalog_keeps_serving() {
+    let dir = TempDir::new("special");
+    let file = dir.join("mine.toml");
+    std::fs::write(&file, catalog("mine", 3)).expect("write");
+    let (v1, server, load) = serve_under_load(&dir.0, &[]).await;
+    let errors = || sample(&server.scrape(), "retryd_policy_reload_total{result=\"error\"}").unwrap_or(0.0);
+
+    // A symlink to /dev/zero in its place: refused (not read until memory
+    // runs out), counted, logged with the path; "mine" keeps deciding.
+    let link = dir.join(".mine.toml.link");
+    std::os::unix::fs::symlink("/dev/zero", &link).expect("symlink");
+    std::fs::rename(&link, &file).expect("rename over");
+    eventually(RELOAD_WITHIN, "a refused reload is counted", || async {
+        (errors() >= 1.0).then_some(())
+    })
+    .await;
+    server
+        .until_logged(&["policy reload refused", "mine.toml: not a regular file (a device)"])
+        .await;
+    assert_eq!(decide(&server, classify_mine()).await.policy_version, v1);
+
+    // A FIFO: refused at once, and the reloads after it still happen.
+    std::fs::remove_file(&file).expect("remove");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&file)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    server.until_logged(&["mine.toml: not a regular file (a FIFO)"]).await;
+    assert_eq!(decide(&server, classify_mine()).await.policy_version, v1);
+    replace_file(&file, &catalog("mine", 2));
+    let v2 = version_of(&[&dir.0]);
+    until_version(&server, &v2).await;
+
+    load.more_calls(CALLS_BETWEEN).await;
+    let report = load.stop().await;
+    report.assert_clean(&[&v1, &v2]);
+}
+
 /// Lays out a directory as the kubelet mounts a ConfigMap:
 /// `..<stamp>/mine.toml`, `..data -> ..<stamp>`, `mine.toml -> ..data/mine.toml`.
 fn configmap(dir: &TempDir, stamp: &str, text: &str) {
