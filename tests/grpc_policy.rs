@@ -330,7 +330,11 @@ async fn every_reload_logs_its_outcome_once_at_info() {
     let v1 = version_of(&[&file]);
     until_version(&server, &v1).await;
     // The PID is logged at start, so SIGHUP can be sent to this server only.
-    assert!(server.log().contains(&format!("pid={}", server.pid())), "{}", server.log());
+    assert!(
+        server.log().contains(&format!("pid={}", server.pid())),
+        "{}",
+        server.log()
+    );
     let logged = |n: usize| {
         let server = &server;
         async move {
