@@ -55,6 +55,9 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
             }
         })
         .collect();
+    // The parser's first complaint about a line is the one that says what
+    // is wrong; the others on that line follow from it.
+    errors.dedup_by(|later, first| later.line.is_some() && later.line == first.line);
     let catalog = match CatalogSource::deserialize(root.into_deserializer()) {
         Ok(source) => Some(c.catalog(source)),
         Err(e) => {
@@ -819,6 +822,27 @@ write = { verdict = "state_verification_required" }
     fn fix_before_retry_names_its_transition() {
         let e = errors(&MINIMAL.replace("read = { verdict = \"retry_with_limit\" }\nwrite = { verdict = \"retry_with_limit\" }\n[unknown]", "read = { verdict = \"fix_before_retry\" }\nwrite = { verdict = \"fix_before_retry\", required_transition = \"x\" }\n[unknown]"));
         assert!(has(&e, "codes[0].read.required_transition", "transition"));
+    }
+
+    #[test]
+    fn broken_files_never_panic_and_missing_lines_are_not_reported_twice() {
+        let text = crate::core::policy::EMBEDDED[0].1;
+        let lines: Vec<&str> = text.lines().collect();
+        // Each line dropped in turn, and the file cut every 61 bytes.
+        for i in 0..lines.len() {
+            let mut cut = lines.clone();
+            cut.remove(i);
+            let _ = compile_catalog("t.toml", &cut.join("\n"));
+        }
+        for end in (0..text.len()).step_by(61).filter(|e| text.is_char_boundary(*e)) {
+            let _ = compile_catalog("t.toml", &text[..end]);
+        }
+        // A line broken in the middle is one syntax error, with no "missing"
+        // error for the key the parser could not read.
+        let broken = text.replacen("max_attempts = 5", "max_attempts = = 5", 1);
+        let e = errors(&broken);
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].message.starts_with("TOML syntax"), "{e:#?}");
     }
 
     #[test]
