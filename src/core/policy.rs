@@ -56,25 +56,25 @@ impl Policy {
         let mut errors = Vec::new();
         let mut catalogs: Vec<Catalog> = Vec::new();
         let mut hashed: Vec<(String, [u8; 32])> = Vec::new();
-        // The file each catalog came from.
-        let mut origins: Vec<&'s str> = Vec::new();
+        // The file each catalog came from, and whether it is embedded.
+        let mut origins: Vec<(&'s str, bool)> = Vec::new();
         for (file, text) in sources {
             match compile_catalog(file, text) {
                 Ok(c) => {
                     let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
                     match catalogs.iter().position(|old| old.name == c.name) {
-                        Some(i) if !is_embedded(origins[i]) => {
-                            errors.push(duplicate_name(file, text, &c.name, origins[i]));
+                        Some(i) if !origins[i].1 => {
+                            errors.push(duplicate_name(file, text, &c.name, origins[i].0));
                         }
                         Some(i) => {
                             hashed[i] = (c.name.to_string(), digest);
                             catalogs[i] = c;
-                            origins[i] = file;
+                            origins[i] = (file, is_embedded(file, text));
                         }
                         None => {
                             hashed.push((c.name.to_string(), digest));
                             catalogs.push(c);
-                            origins.push(file);
+                            origins.push((file, is_embedded(file, text)));
                         }
                     }
                 }
@@ -135,8 +135,10 @@ impl Policy {
     }
 }
 
-fn is_embedded(file: &str) -> bool {
-    EMBEDDED.iter().any(|(f, _)| *f == file)
+/// Whether `(file, text)` is an embedded catalog (an operator's file that
+/// only shares a path such as `policies/vibecode.toml` with one is not).
+fn is_embedded(file: &str, text: &str) -> bool {
+    EMBEDDED.iter().any(|(f, t)| *f == file && *t == text)
 }
 
 /// The error for a second file declaring catalog `name`, first declared in
