@@ -44,3 +44,16 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Holds(cmd) => holds::run(cmd),
     }
 }
+
+/// The exit code of a command line that does not parse: 1 for `retryd
+/// health` (grpc_health_probe's "bad arguments", which probes are configured
+/// by; its 2 means "connection failure"), 2 (the usual usage code) for
+/// everything else.
+pub fn usage_error_code(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
+    // The subcommand is the first argument: `retryd` has no global flags
+    // besides --help and --version, which do not reach here.
+    match args.into_iter().nth(1) {
+        Some(sub) if sub == "health" => crate::server::health_probe::EXIT_BAD_ARGUMENTS,
+        _ => 2,
+    }
+}

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use crate::core::catalog::{Catalog, compile_catalog};
+use crate::core::policy::duplicate_name;
 use crate::core::{Locale, TargetReached, Verdict};
 use crate::load;
 
@@ -26,12 +27,15 @@ pub struct CheckArgs {
     /// Catalog files (`.toml`) or directories of them.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
+    /// Largest catalog file accepted, in bytes (as `retryd serve --max-policy-bytes`).
+    #[arg(long, env = "RETRYD_MAX_POLICY_BYTES", default_value_t = load::DEFAULT_MAX_POLICY_BYTES)]
+    pub max_policy_bytes: u64,
 }
 
 /// Flags of `retryd policy matrix`.
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
-    /// The catalog (default: vibecode).
+    /// The catalog.
     #[arg(long, default_value = "vibecode")]
     pub catalog: String,
     /// Language of the conditions: en or ru.
@@ -45,31 +49,53 @@ pub struct MatrixArgs {
 /// Runs a `policy` subcommand.
 pub fn run(cmd: &PolicyCommand) -> ExitCode {
     match cmd {
-        PolicyCommand::Check(args) => check(&args.paths),
+        PolicyCommand::Check(args) => check(args),
         PolicyCommand::Matrix(args) => matrix_command(args),
     }
 }
 
-fn check(paths: &[PathBuf]) -> ExitCode {
-    let files = match load::catalog_files(paths) {
+fn check(args: &CheckArgs) -> ExitCode {
+    let files = match load::catalog_files(&args.paths) {
         Ok(files) => files,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
+    if files.is_empty() {
+        let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "{}: no .toml catalog file here (a directory contributes the .toml files directly in it); nothing to check",
+            paths.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
     let mut failed = false;
+    // (catalog name, file) of each file that compiled, for duplicate names.
+    let mut declared: Vec<(String, String)> = Vec::new();
     for file in &files {
         let name = file.display().to_string();
-        let result = std::fs::read_to_string(file)
-            .map_err(|e| vec![format!("{name}: {e}")])
-            .and_then(|text| {
-                compile_catalog(&name, &text).map_err(|errors| errors.iter().map(ToString::to_string).collect())
-            });
-        if let Err(errors) = result {
-            failed = true;
-            for e in errors {
+        let text = match load::read_file(file, args.max_policy_bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                failed = true;
                 eprintln!("{e}");
+                continue;
+            }
+        };
+        match compile_catalog(&name, &text) {
+            Ok(c) => match declared.iter().find(|(n, _)| *n == *c.name) {
+                Some((_, first)) => {
+                    failed = true;
+                    eprintln!("{}", duplicate_name(&name, &text, &c.name, first));
+                }
+                None => declared.push((c.name.to_string(), name)),
+            },
+            Err(errors) => {
+                failed = true;
+                for e in errors {
+                    eprintln!("{e}");
+                }
             }
         }
     }
@@ -84,7 +110,10 @@ fn matrix_command(args: &MatrixArgs) -> ExitCode {
     let policy = match load::load_policy(&args.policy, crate::core::policy::DEFAULT_CATALOG) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("retryd policy matrix: --policy: {e}");
+            eprintln!(
+                "retryd policy matrix: {}: {e}",
+                crate::cli::classify::policy_origin(std::env::args_os())
+            );
             return ExitCode::from(2);
         }
     };

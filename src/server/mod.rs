@@ -56,6 +56,7 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     let source = reload::PolicySource {
         paths: args.policy_paths(),
         default_catalog: args.default_catalog.clone(),
+        max_file_bytes: args.max_policy_bytes,
     };
     let policy = match source.load() {
         Ok(p) => p,
@@ -72,12 +73,17 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        // the PID, so SIGHUP (reload) can be sent to this server only
+        pid = std::process::id(),
         policy_version = policy.version(),
         catalogs = %policy.catalog_names(),
         default_catalog = %args.default_catalog,
         policy_paths = ?source.paths,
         "policy loaded"
     );
+    for dir in crate::load::empty_dirs(&source.paths) {
+        tracing::warn!(dir = %dir.display(), "--policy directory holds no .toml file; only the embedded catalogs and other paths are served");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -1671,7 +1671,9 @@ type Decision struct {
 	// is exhausted; empty otherwise.
 	TerminalState string `protobuf:"bytes,15,opt,name=terminal_state,json=terminalState,proto3" json:"terminal_state,omitempty"`
 	// Input that was ignored or adjusted, e.g. an unparseable Retry-After.
-	// Each starts with a stable machine-readable word and a colon.
+	// Each starts with a stable machine-readable word and a colon, e.g.
+	// "code_case_mismatch: did you mean BITRIX_TIMEOUT? ..." for a code that
+	// matches a catalog code only in another case (codes are case-sensitive).
 	Warnings      []string `protobuf:"bytes,16,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
