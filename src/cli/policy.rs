@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use crate::core::catalog::{Catalog, compile_catalog};
+use crate::core::hold::HoldKind;
 use crate::core::policy::duplicate_name;
 use crate::core::{Locale, TargetReached, Verdict};
 use crate::load;
@@ -182,7 +183,65 @@ pub fn matrix(c: &Catalog, locale: Locale) -> String {
             e.condition.get(locale).replace('|', "\\|")
         );
     }
+    holds_list(&mut out, c, ru);
     out
+}
+
+/// The fleet holds the catalog's rules place, as a list under the table
+/// (the table keeps the seed's shape).
+fn holds_list(out: &mut String, c: &Catalog, ru: bool) {
+    let mut lines = Vec::new();
+    for e in c.codes().iter().chain([c.unknown(), c.no_envelope()]) {
+        let rules = [
+            ("read", Some(&e.read)),
+            ("write", Some(&e.write)),
+            ("retried_write", e.retried_write.as_ref()),
+            ("write_with_retry_after", e.write_with_retry_after.as_ref()),
+        ];
+        let present = rules.iter().filter(|(_, r)| r.is_some()).count();
+        let mut ops: Vec<(&str, crate::core::catalog::HoldRule)> = Vec::new();
+        for (op, rule) in rules {
+            if let Some(h) = rule.and_then(|r| r.hold) {
+                ops.push((op, h));
+            }
+        }
+        let Some((_, h)) = ops.first().copied() else { continue };
+        let same = ops.len() == present && ops.iter().all(|(_, o)| *o == h);
+        let which = if same {
+            String::new()
+        } else {
+            format!(" ({})", ops.iter().map(|(op, _)| *op).collect::<Vec<_>>().join(", "))
+        };
+        let until = match h.kind {
+            HoldKind::Pause | HoldKind::Quarantine => match h.hold_ms {
+                Some(ms) => format!("the Retry-After, else {ms} ms"),
+                None => "the Retry-After (none: no hold)".to_owned(),
+            },
+            HoldKind::QuotaStop => match &c.quota {
+                Some(q) => format!("the reset ({}), or the failure's `quota_resets_at`", q.describe()),
+                None => "the failure's `quota_resets_at`, else the Retry-After".to_owned(),
+            },
+            HoldKind::CircuitOpen => format!("a probe succeeds (one per {} ms), at most the cap", h.probe_every_ms),
+        };
+        lines.push(format!(
+            "- `{}`{which}: {} on the {} until {until}",
+            e.code,
+            h.kind.as_str(),
+            h.scope.as_str()
+        ));
+    }
+    if lines.is_empty() {
+        return;
+    }
+    let head = if ru {
+        "Удержания для всего парка (fleet holds; потолок задержек"
+    } else {
+        "Fleet holds (every delay and hold capped at"
+    };
+    let _ = writeln!(out, "\n{head} {} ms):\n", c.max_delay_ms);
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
 }
 
 fn reached(t: TargetReached, ru: bool) -> &'static str {

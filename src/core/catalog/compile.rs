@@ -8,9 +8,9 @@ use serde::Deserialize as _;
 use serde::de::IntoDeserializer as _;
 use toml::de::DeTable;
 
+use super::holds::{DEFAULT_MAX_DELAY_MS, compile_hold, compile_quota};
 use super::locate::{key_on_line, line_of, line_of_key};
 use super::source::{CatalogSource, CodeSource, Field, RuleSource, TextSource, UnknownKeys};
-use super::holds::{DEFAULT_MAX_DELAY_MS, compile_hold, compile_quota};
 use super::{Backoff, Catalog, CodeEntry, DelayKind, LocalText, Rule};
 use crate::core::model::{Locale, SideEffectState, TargetReached, TerminalState, Verdict};
 
@@ -549,7 +549,8 @@ impl Compiler<'_> {
         let hold = match self.optional(&format!("{key}.hold"), s.hold) {
             Some(Some(h)) => match compile_hold(&h) {
                 Ok(rule) => {
-                    if rule.kind == crate::core::hold::HoldKind::QuotaStop && !self.has_quota && rule.hold_ms.is_none() {
+                    if rule.kind == crate::core::hold::HoldKind::QuotaStop && !self.has_quota && rule.hold_ms.is_none()
+                    {
                         self.err(
                             format!("{key}.hold"),
                             "a quota_stop needs the catalog's [quota] reset rule or its own hold_ms",
