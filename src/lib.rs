@@ -12,4 +12,5 @@ pub mod core;
 pub mod fleet;
 pub mod grpc;
 pub mod load;
+pub mod safety;
 pub mod server;
