@@ -212,6 +212,9 @@ pub fn inputs(attempts: &[u32]) -> Vec<DiffInput> {
     v
 }
 
+/// (operation, field, old, new).
+type ChangeKey = (&'static str, String, String, String);
+
 fn diff_code(
     old: &Policy,
     new: &Policy,
@@ -221,7 +224,7 @@ fn diff_code(
     out: &mut PolicyDiff,
 ) -> Vec<Change> {
     // (operation, field, old, new) -> (count, first example); insertion order kept.
-    let mut grouped: Vec<((&'static str, String, String, String), usize, String)> = Vec::new();
+    let mut grouped: Vec<(ChangeKey, usize, String)> = Vec::new();
     let mut unsafe_grouped: BTreeMap<(&'static str, String), (usize, String)> = BTreeMap::new();
     let mut totals: BTreeMap<&'static str, usize> = BTreeMap::new();
     for input in inputs(attempts) {

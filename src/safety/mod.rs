@@ -238,3 +238,26 @@ pub fn decide_read_only<'a>(
 pub fn verdict_str(v: Verdict) -> &'static str {
     v.as_str()
 }
+
+/// Decides `failure` again as a logged (or live) decision was made: `hold`
+/// is the hold that was in force after the live decision placed its own
+/// (the server's view), so it floors a retry's wait as it did then; when
+/// none was in force, the hold this decision would place does. Read-only.
+pub fn decide_as_logged<'a>(
+    policy: &'a Policy,
+    failure: &Failure<'a>,
+    now: UnixMillis,
+    hold: Option<&Hold>,
+) -> Result<Decision<'a>, DecideError> {
+    match hold {
+        Some(h) => {
+            let d = decide(policy, failure, now)?;
+            if d.retry.retryable && h.active(now) {
+                decide_held(policy, failure, now, Some(retry_floor(h, now)))
+            } else {
+                Ok(d)
+            }
+        }
+        None => decide_read_only(policy, failure, now, &[]).map(|(d, _)| d),
+    }
+}

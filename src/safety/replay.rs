@@ -8,7 +8,7 @@ use std::io::BufRead;
 use serde::Serialize;
 
 use super::record::{LogRecord, SUPPORTED_VERSIONS};
-use super::{FieldChange, Outcome, decide_read_only};
+use super::{FieldChange, Outcome, decide_as_logged};
 use crate::core::{Policy, UnixMillis};
 
 /// Examples kept per code.
@@ -123,7 +123,6 @@ pub fn replay(log: impl BufRead, policy: &Policy) -> Result<ReplayReport, Replay
 fn replay_one(record: &LogRecord, line: usize, policy: &Policy, report: &mut ReplayReport) {
     report.decisions += 1;
     let failure = record.failure.as_failure();
-    let holds: Vec<_> = record.hold.iter().cloned().collect();
     let code = if failure.code.is_empty() {
         "(no envelope)"
     } else {
@@ -136,7 +135,7 @@ fn replay_one(record: &LogRecord, line: usize, policy: &Policy, report: &mut Rep
     };
     let entry = report.codes.entry(format!("{catalog} {code}")).or_default();
     entry.decisions += 1;
-    let Ok((d, _)) = decide_read_only(policy, &failure, UnixMillis(record.ts_ms), &holds) else {
+    let Ok(d) = decide_as_logged(policy, &failure, UnixMillis(record.ts_ms), record.hold.as_ref()) else {
         report.undecidable += 1;
         return;
     };

@@ -192,7 +192,20 @@ impl Report {
         for f in &self.failed {
             let _ = writeln!(s, "FAIL {}:{}: {}", f.file, f.line, f.name);
             for m in &f.mismatches {
-                let _ = writeln!(s, "    {}: expected {}, got {}", m.field, m.expected, m.got);
+                let shown = |v: &str| {
+                    if v.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        v.to_owned()
+                    }
+                };
+                let _ = writeln!(
+                    s,
+                    "    {}: expected {}, got {}",
+                    m.field,
+                    shown(&m.expected),
+                    shown(&m.got)
+                );
             }
         }
         let _ = writeln!(

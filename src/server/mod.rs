@@ -7,7 +7,9 @@
 //! - [`metrics`], [`mod@panic`], [`message_limit`], [`logging`], [`shutdown`]:
 //!   the plumbing;
 //! - [`mod@reload`]: `--policy` loading and hot reload (SIGHUP, file watch);
-//! - [`health_probe`]: `retryd health`.
+//! - [`health_probe`]: `retryd health`;
+//! - [`tap`], [`shadow`], [`decision_log`]: `--shadow-policy` and
+//!   `--decision-log`, fed by the service's decision observer.
 //!
 //! Exit codes of `retryd serve`: 0 after a graceful stop (SIGTERM/SIGINT),
 //! 1 when the server cannot start or fails (e.g. the address is in use),
@@ -16,16 +18,20 @@
 //! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
 
 pub mod config;
+pub mod decision_log;
 pub mod fleet;
 pub mod health_probe;
 pub mod logging;
 pub mod message_limit;
 pub mod metrics;
+pub mod observe;
 pub mod overload;
 pub mod panic;
 pub mod reload;
 pub mod run;
+pub mod shadow;
 pub mod shutdown;
+pub mod tap;
 pub mod tls;
 
 use std::process::ExitCode;
@@ -104,25 +110,34 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         }
     };
     let handle = Arc::new(ArcSwap::from_pointee(policy));
+    let mut observing = observe::Observing::default();
     let result = runtime.block_on(async {
         // The recorder first, so the policy metrics land in it; SIGHUP is
         // handled before the server listens.
         metrics::install();
+        // After the recorder, so the shadow's and the log's counters land in it.
+        observing = observe::build(&args).map_err(ServerError::Config)?;
         let _reload = reload::start(reload::Reloader::new(source, Arc::clone(&handle)), args.policy_watch);
+        let _shadow_reload = observing
+            .shadow_reloader
+            .take()
+            .map(|r| reload::start(r, args.policy_watch));
         let (fleet, operators) = match fleet::build(&args.fleet) {
             Ok(built) => built,
             Err(e) => return Err(ServerError::Config(e)),
         };
         tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
         fleet.spawn_upkeep(Duration::from_millis(500));
-        BoundServer::bind(config, handle)
-            .await?
-            .with_fleet(fleet, operators)
-            .serve(shutdown::signal())
-            .await
+        let mut server = BoundServer::bind(config, handle).await?.with_fleet(fleet, operators);
+        if let Some(tap) = observing.tap.take() {
+            server = server.with_observer(tap);
+        }
+        server.serve(shutdown::signal()).await
     });
     // Calls abandoned after the grace period must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));
+    // The decision log's last lines: its queue's senders are gone with the service.
+    observing.finish(Duration::from_secs(5));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
