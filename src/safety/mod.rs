@@ -129,6 +129,10 @@ impl Outcome {
 
     /// Every field that differs from `old` to `self`, in [`FIELDS`] order.
     pub fn changes_from(&self, old: &Outcome) -> Vec<FieldChange> {
+        // The common case, no text built: everything but the rule id is equal.
+        if self.same_as(old) {
+            return Vec::new();
+        }
         FIELDS
             .iter()
             .filter_map(|f| {
@@ -140,6 +144,23 @@ impl Outcome {
                 })
             })
             .collect()
+    }
+
+    /// Every compared field is equal (the rule id is not compared).
+    pub fn same_as(&self, other: &Outcome) -> bool {
+        self.verdict == other.verdict
+            && self.safe == other.safe
+            && self.retryable == other.retryable
+            && self.after_ms == other.after_ms
+            && self.max_after_ms == other.max_after_ms
+            && self.strategy == other.strategy
+            && self.max_attempts == other.max_attempts
+            && self.side_effect_state == other.side_effect_state
+            && self.reconciliation_action == other.reconciliation_action
+            && self.required_transition == other.required_transition
+            && self.terminal_state == other.terminal_state
+            && self.hold == other.hold
+            && self.hold_until_ms == other.hold_until_ms
     }
 
     /// Whether going from `old` to `self` makes a write less safe, and why:
