@@ -1,1 +1,0 @@
-//! `--state redis://…`: holds shared through Redis (being written).

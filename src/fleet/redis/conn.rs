@@ -1,0 +1,305 @@
+//! Connections: one Redis or a Redis Cluster behind one command connection,
+//! and a subscription on one node (cluster pub/sub reaches every node).
+
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::SingleNodeRoutingInfo;
+use ::redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use super::keys;
+use crate::core::hold::Hold;
+
+/// Which topology to expect behind the address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Topology {
+    /// A single address is asked (`INFO cluster`) on connect; several
+    /// comma-separated addresses are cluster seeds.
+    #[default]
+    Auto,
+    /// One Redis (or a proxy in front of several).
+    Standalone,
+    /// A Redis Cluster; the addresses are seeds.
+    Cluster,
+}
+
+/// A command connection, to one Redis or to a cluster.
+#[derive(Clone)]
+pub enum Conn {
+    /// One Redis.
+    Single(MultiplexedConnection),
+    /// A Redis Cluster (commands routed by key).
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where to connect: the clients built from the addresses at startup.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// One client per address given (cluster seeds, or the one Redis).
+    pub nodes: Vec<Client>,
+    /// The topology asked for.
+    pub topology: Topology,
+}
+
+/// How long connecting and each command may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Connecting (TCP, TLS, HELLO/AUTH).
+    pub connect: Duration,
+    /// One command's answer.
+    pub response: Duration,
+}
+
+impl Target {
+    /// Clients for the comma-separated `url` (validated now, nothing dialled).
+    pub fn parse(url: &str, topology: Topology) -> Result<Target, String> {
+        let nodes = url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|u| Client::open(u).map_err(|e| format!("{}: {e}", redact(u))))
+            .collect::<Result<Vec<_>, _>>()?;
+        if nodes.is_empty() {
+            return Err("no Redis address".to_owned());
+        }
+        if nodes.len() > 1 && topology == Topology::Standalone {
+            return Err("several Redis addresses given for a standalone Redis".to_owned());
+        }
+        let target = Target { nodes, topology };
+        if target.topology == Topology::Cluster || target.nodes.len() > 1 {
+            target
+                .cluster_client(Timeouts {
+                    connect: Duration::from_secs(1),
+                    response: Duration::from_secs(1),
+                })
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(target)
+    }
+
+    fn cluster_client(&self, t: Timeouts) -> RedisResult<ClusterClient> {
+        ClusterClientBuilder::new(self.nodes.iter().map(|c| c.get_connection_info().clone()))
+            .connection_timeout(t.connect)
+            .response_timeout(t.response)
+            .retries(2)
+            .min_retry_wait(10)
+            .max_retry_wait(100)
+            .build()
+    }
+
+    /// The addresses without credentials, for logs.
+    pub fn describe(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|c| {
+                let info = c.get_connection_info();
+                let scheme = match info.addr() {
+                    ::redis::ConnectionAddr::TcpTls { .. } => "rediss",
+                    ::redis::ConnectionAddr::Unix(_) => "redis+unix",
+                    _ => "redis",
+                };
+                format!("{scheme}://{}/{}", info.addr(), info.redis_settings().db())
+            })
+            .collect();
+        addrs.join(",")
+    }
+
+    /// A command connection: to the cluster when asked for or found.
+    pub async fn connect(&self, t: Timeouts) -> RedisResult<Conn> {
+        let cluster = match self.topology {
+            Topology::Cluster => true,
+            Topology::Auto if self.nodes.len() > 1 => true,
+            Topology::Standalone | Topology::Auto => false,
+        };
+        if cluster {
+            return Ok(Conn::Cluster(self.cluster_client(t)?.get_async_connection().await?));
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(t.connect))
+            .set_response_timeout(Some(t.response));
+        let mut single = self
+            .nodes
+            .first()
+            .ok_or_else(no_node)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        if self.topology == Topology::Auto {
+            let info: String = ::redis::cmd("INFO").arg("cluster").query_async(&mut single).await?;
+            if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+                return Ok(Conn::Cluster(self.cluster_client(t)?.get_async_connection().await?));
+            }
+        }
+        Ok(Conn::Single(single))
+    }
+
+    /// A subscription to `channel` on the first node that answers
+    /// (in a cluster, a PUBLISH on any node reaches every node).
+    pub async fn subscribe(&self, channel: &str) -> RedisResult<PubSub> {
+        let mut last = no_node();
+        for node in &self.nodes {
+            match node.get_async_pubsub().await {
+                Ok(mut pubsub) => {
+                    pubsub.subscribe(channel).await?;
+                    return Ok(pubsub);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+fn no_node() -> ::redis::RedisError {
+    ::redis::RedisError::from((::redis::ErrorKind::Client, "no Redis address"))
+}
+
+/// `url` with any password replaced, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+/// A stored hold's `id`, `s` and `j` fields, as HMGET answers them.
+type StoredFields = (Option<String>, Option<String>, Option<Vec<u8>>);
+
+/// Keys per SCAN step, and per pipeline of reads.
+const SCAN_COUNT: usize = 500;
+
+/// Every hold stored under `ns` (on every master of a cluster).
+pub async fn scan_holds(conn: &mut Conn, ns: &str) -> RedisResult<Vec<Hold>> {
+    let pattern = keys::hold_pattern(ns);
+    let mut holds = Vec::new();
+    match conn {
+        Conn::Single(c) => scan_node(c, &pattern, &mut holds).await?,
+        Conn::Cluster(c) => {
+            for (host, port) in masters(c).await? {
+                let mut route = RoutedConn {
+                    conn: c.clone(),
+                    route: SingleNodeRoutingInfo::ByAddress { host, port },
+                };
+                scan_node(&mut route, &pattern, &mut holds).await?;
+            }
+        }
+    }
+    Ok(holds)
+}
+
+/// The masters of a cluster, from `CLUSTER NODES`.
+async fn masters(c: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let nodes: String = ::redis::cmd("CLUSTER").arg("NODES").query_async(c).await?;
+    let mut out = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        if !flags.split(',').any(|f| f == "master") || flags.split(',').any(|f| f == "fail" || f == "noaddr") {
+            continue;
+        }
+        // ip:port@cport[,hostname]
+        let hostport = addr.split(['@', ',']).next().unwrap_or_default();
+        if let Some((host, port)) = hostport.rsplit_once(':') {
+            if let Ok(port) = port.parse::<u16>() {
+                out.push((host.to_owned(), port));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A cluster connection whose commands all go to one node (for SCAN).
+struct RoutedConn {
+    conn: ClusterConnection,
+    route: SingleNodeRoutingInfo,
+}
+
+impl ConnectionLike for RoutedConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let route = ::redis::cluster_routing::RoutingInfo::SingleNode(self.route.clone());
+        Box::pin(self.conn.route_command(cmd.clone(), route))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(
+            self.conn
+                .route_pipeline(pipeline.clone(), offset, count, self.route.clone()),
+        )
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// SCANs one node and reads the holds it has (a pipeline to that node per
+/// step; a slot moving meanwhile fails the resync, which is retried).
+async fn scan_node<C: ConnectionLike + Send>(node: &mut C, pattern: &str, holds: &mut Vec<Hold>) -> RedisResult<()> {
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, found): (u64, Vec<String>) = ::redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query_async(node)
+            .await?;
+        let found: Vec<String> = found.into_iter().filter(|k| keys::kind_of_key(k).is_some()).collect();
+        if !found.is_empty() {
+            let mut pipe = ::redis::pipe();
+            for k in &found {
+                pipe.cmd("HMGET").arg(k).arg("id").arg("s").arg("j");
+            }
+            let values: Vec<StoredFields> = pipe.query_async(node).await?;
+            for (id, since, json) in values {
+                if let (Some(id), Some(since), Some(json)) = (id, since, json) {
+                    if let Some(h) = keys::decode_hold(&id, &since, &json) {
+                        holds.push(h);
+                    }
+                }
+            }
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
