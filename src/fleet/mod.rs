@@ -58,7 +58,7 @@ impl Default for FleetConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlaceOutcome {
     /// Placed, extended, or already covered.
-    Held(Placed),
+    Held(Box<Placed>),
     /// The caller is over its placement rate: not placed.
     RateLimited,
 }
@@ -147,13 +147,13 @@ impl Fleet {
                 );
                 metrics::counter!(HOLDS_PLACED_TOTAL, "kind" => h.kind.as_str()).increment(1);
                 self.store.put(h);
-                PlaceOutcome::Held(placed)
+                PlaceOutcome::Held(Box::new(placed))
             }
             Placed::Extended(ref h) => {
                 self.store.put(h);
-                PlaceOutcome::Held(placed)
+                PlaceOutcome::Held(Box::new(placed))
             }
-            Placed::Kept(_) | Placed::Full => PlaceOutcome::Held(placed),
+            Placed::Kept(_) | Placed::Full => PlaceOutcome::Held(Box::new(placed)),
         }
     }
 

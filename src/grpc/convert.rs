@@ -458,6 +458,7 @@ mod tests {
             required_transition: "junk".into(),
             scope: 99,
             request_id: "junk".into(),
+            hold: Some(pb::Hold::default()),
             terminal_state: "junk".into(),
             warnings: vec!["junk".into(); 5],
         };

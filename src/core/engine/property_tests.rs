@@ -147,6 +147,9 @@ fn failure(i: &Input) -> Failure<'_> {
             },
         ),
         locale: "en",
+        dependency: "",
+        quota_resets_at: None,
+        probe_token: "",
     }
 }
 

@@ -1,1 +1,110 @@
 use super::*;
+
+const NOW: UnixMillis = UnixMillis(1_000_000);
+
+fn plan<'a>(scope: HoldScope, dependency: &'a str, subject: &'a str, until_ms: u64) -> HoldPlan<'a> {
+    HoldPlan {
+        scope,
+        kind: HoldKind::Pause,
+        catalog: "vibecode",
+        dependency,
+        subject,
+        until: NOW.plus_ms(until_ms),
+        probe_every_ms: 0,
+        code: "QUEUE_OVERFLOW",
+        rule: "vibecode/QUEUE_OVERFLOW/read",
+        reason: "why",
+    }
+}
+
+fn ids() -> impl FnMut() -> String {
+    let mut n = 0;
+    move || {
+        n += 1;
+        format!("id{n}")
+    }
+}
+
+#[test]
+fn a_hold_only_extends_and_events_follow_what_happened() {
+    let m = Mirror::new(10);
+    let mut events = m.subscribe();
+    let mut id = ids();
+    let first = m.place(&plan(HoldScope::Dependency, "p", "", 60_000), NOW, &mut id);
+    assert!(matches!(first, Placed::New(ref h) if h.id == "id1"));
+    // Shorter, and barely longer (< 10 %): kept as it is, no event.
+    assert!(matches!(m.place(&plan(HoldScope::Dependency, "p", "", 30_000), NOW, &mut id), Placed::Kept(_)));
+    assert!(matches!(m.place(&plan(HoldScope::Dependency, "p", "", 61_000), NOW, &mut id), Placed::Kept(_)));
+    let ext = m.place(&plan(HoldScope::Dependency, "p", "", 120_000), NOW, &mut id);
+    assert!(matches!(ext, Placed::Extended(ref h) if h.id == "id1" && h.until == NOW.plus_ms(120_000)));
+    let kinds: Vec<_> = std::iter::from_fn(|| events.try_recv().ok()).map(|e| e.kind).collect();
+    assert_eq!(kinds, [HoldEventKind::Placed, HoldEventKind::Extended]);
+    // A call covered by tenant, dependency and method holds sees all three.
+    m.place(&plan(HoldScope::Tenant, "p", "acme", 1_000), NOW, &mut id);
+    m.place(&plan(HoldScope::Method, "p", "crm.deal.add", 1_000), NOW, &mut id);
+    assert_eq!(m.covering("vibecode", "p", "acme", "crm.deal.add", NOW).len(), 3);
+    assert_eq!(m.covering("vibecode", "p", "globex", "crm.deal.list", NOW).len(), 1);
+    assert!(m.covering("vibecode", "other", "acme", "crm.deal.add", NOW).is_empty());
+    // Expired holds leave memory at the sweep, announced as lifted.
+    assert_eq!(m.sweep(NOW.plus_ms(5_000)), 2);
+    assert_eq!(m.len(), 1);
+}
+
+#[test]
+fn at_the_cap_tenant_holds_go_first_and_never_make_room_by_dropping_a_dependency_hold() {
+    let m = Mirror::new(3);
+    let mut id = ids();
+    m.place(&plan(HoldScope::Dependency, "p1", "", 60_000), NOW, &mut id);
+    m.place(&plan(HoldScope::Tenant, "p1", "old", 60_000), NOW, &mut id);
+    m.place(&plan(HoldScope::Tenant, "p1", "new", 60_000), NOW.plus_ms(1), &mut id);
+    // A dependency hold evicts the oldest-placed tenant hold.
+    assert!(matches!(m.place(&plan(HoldScope::Dependency, "p2", "", 60_000), NOW, &mut id), Placed::New(_)));
+    assert!(m.covering("vibecode", "p1", "old", "", NOW).iter().all(|h| h.key.scope != HoldScope::Tenant));
+    assert_eq!(m.evicted(), 1);
+    // A tenant hold evicts the remaining tenant hold...
+    assert!(matches!(m.place(&plan(HoldScope::Tenant, "p1", "third", 60_000), NOW, &mut id), Placed::New(_)));
+    assert_eq!(m.evicted(), 2);
+    m.place(&plan(HoldScope::Dependency, "p3", "", 60_000), NOW, &mut id);
+    // ...but with only dependency holds left, a tenant hold is refused.
+    assert_eq!(m.place(&plan(HoldScope::Tenant, "p1", "fourth", 60_000), NOW, &mut id), Placed::Full);
+    assert_eq!(
+        m.snapshot(NOW).iter().filter(|h| h.key.scope == HoldScope::Dependency).count(),
+        3
+    );
+}
+
+#[test]
+fn remote_holds_merge_later_wins_and_resync_returns_what_the_store_lacks() {
+    let m = Mirror::new(10);
+    let mut id = ids();
+    let Placed::New(local) = m.place(&plan(HoldScope::Dependency, "p", "", 60_000), NOW, &mut id) else {
+        panic!("placed")
+    };
+    let mut remote = local.clone();
+    remote.id = "remote".into();
+    remote.until = NOW.plus_ms(30_000);
+    m.apply_remote(remote.clone(), NOW);
+    assert_eq!(m.get("id1", NOW).map(|h| h.until), Some(NOW.plus_ms(60_000)), "an earlier end never wins");
+    remote.until = NOW.plus_ms(90_000);
+    m.apply_remote(remote.clone(), NOW);
+    assert_eq!(m.get("remote", NOW).map(|h| h.until), Some(NOW.plus_ms(90_000)), "the stored id is adopted");
+    assert!(m.get("id1", NOW).is_none());
+
+    let Placed::New(only_local) = m.place(&plan(HoldScope::Tenant, "p", "acme", 60_000), NOW, &mut id) else {
+        panic!("placed")
+    };
+    let missing = m.resync(vec![remote], NOW);
+    assert_eq!(missing, vec![only_local], "the hold placed while the store was away is written through");
+}
+
+#[test]
+fn a_probe_slot_is_taken_once() {
+    let m = Mirror::new(10);
+    let mut id = ids();
+    m.place(&plan(HoldScope::Dependency, "p", "", 60_000), NOW, &mut id);
+    assert!(m.try_take_probe("id1", 1));
+    assert!(!m.try_take_probe("id1", 1));
+    assert!(m.probe_taken("id1", 1) && !m.probe_taken("id1", 2));
+    assert!(m.try_take_probe("id1", 2));
+    assert!(!m.try_take_probe("unknown", 1));
+}
