@@ -504,3 +504,81 @@ async fn nothing_waits_when_redis_was_never_up() {
     connected(&[&a]).await;
     assert!(eventually(PATIENCE, || redis.cli(&["EXISTS", &a.store.key_of(&held)]) == "1").await);
 }
+
+/// A CA and a server certificate for 127.0.0.1 (PEM), made now.
+fn tls_files(dir: &std::path::Path) -> (Vec<u8>, std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "retryd redis test CA");
+    let ca_key = KeyPair::generate().expect("CA key");
+    let ca_pem = ca.self_signed(&ca_key).expect("self-signed CA").pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).expect("params");
+    let server_key = KeyPair::generate().expect("server key");
+    let server_pem = server.signed_by(&server_key, &issuer).expect("signed").pem();
+    std::fs::create_dir_all(dir).expect("dir");
+    let (ca_file, cert_file, key_file) = (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server-key.pem"));
+    std::fs::write(&ca_file, &ca_pem).expect("write");
+    std::fs::write(&cert_file, server_pem).expect("write");
+    std::fs::write(&key_file, server_key.serialize_pem()).expect("write");
+    (ca_pem.into_bytes(), ca_file, cert_file, key_file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_a_private_ca_shares_holds() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let dir = std::env::temp_dir().join(format!("retryd-redis-tls-{}", std::process::id()));
+    let (ca_pem, ca, cert, key) = tls_files(&dir);
+    let tls_port = redis_support::free_port(false);
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
+    let _redis = RedisServer::start_with(
+        redis_support::free_port(false),
+        false,
+        vec![
+            "--tls-port".into(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            path(&cert),
+            "--tls-key-file".into(),
+            path(&key),
+            "--tls-ca-cert-file".into(),
+            path(&ca),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ],
+    );
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let tls_replica = |ca: Option<Vec<u8>>| {
+        let store = RedisStore::connect_lazy(
+            &url,
+            RedisOptions {
+                tls: Some(retryd::fleet::redis::RedisTls {
+                    ca_pem: ca,
+                    client_cert_pem: None,
+                }),
+                ..options()
+            },
+        )
+        .expect("valid URL");
+        let shared: Arc<dyn SharedStore> = store.clone();
+        Replica {
+            fleet: Fleet::new(FleetConfig::default(), shared),
+            store,
+        }
+    };
+    let (a, b) = (tls_replica(Some(ca_pem.clone())), tls_replica(Some(ca_pem)));
+    // Without the CA, Redis's certificate is not trusted: never connected.
+    let stranger = tls_replica(None);
+    connected(&[&a, &b]).await;
+    place(&a, &quota_stop("acme", UnixMillis::now().plus_ms(60_000)));
+    assert!(
+        eventually(PATIENCE, || !holds_for(&b, "acme").is_empty()).await,
+        "B never saw A's hold over TLS"
+    );
+    assert!(
+        !stranger.store.connected() && stranger.store.errors() > 0,
+        "connected to an untrusted certificate"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

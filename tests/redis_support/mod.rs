@@ -37,6 +37,7 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     cluster: bool,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -47,6 +48,11 @@ impl RedisServer {
 
     /// A Redis on `port` (again after [`RedisServer::kill`]: a restart, empty).
     pub fn start_on(port: u16, cluster: bool) -> RedisServer {
+        RedisServer::start_with(port, cluster, Vec::new())
+    }
+
+    /// A Redis on `port` with `extra` flags (e.g. a TLS port).
+    pub fn start_with(port: u16, cluster: bool, extra: Vec<String>) -> RedisServer {
         let dir = std::env::temp_dir().join(format!("retryd-redis-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir for redis-server");
@@ -63,6 +69,7 @@ impl RedisServer {
         ])
         .arg("--dir")
         .arg(&dir)
+        .args(&extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
         if cluster {
@@ -83,6 +90,7 @@ impl RedisServer {
             port,
             dir,
             cluster,
+            extra,
         };
         let deadline = Instant::now() + START_PATIENCE;
         while !server.pings() {
@@ -123,7 +131,7 @@ impl RedisServer {
     /// Starts it again on the same port, empty (persistence is off).
     pub fn restart(&mut self) {
         self.kill();
-        let again = RedisServer::start_on(self.port, self.cluster);
+        let again = RedisServer::start_with(self.port, self.cluster, self.extra.clone());
         let mut again = std::mem::ManuallyDrop::new(again);
         self.child = again.child.take();
     }

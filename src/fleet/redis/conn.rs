@@ -9,7 +9,9 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::SingleNodeRoutingInfo;
 use ::redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use super::keys;
+use ::redis::{ClientTlsConfig, TlsCertificates};
+
+use super::{RedisTls, keys};
 use crate::core::hold::Hold;
 
 /// Which topology to expect behind the address.
@@ -69,6 +71,18 @@ pub struct Target {
     pub nodes: Vec<Client>,
     /// The topology asked for.
     pub topology: Topology,
+    /// TLS material for a cluster's nodes.
+    certs: Option<RedisTls>,
+}
+
+fn certificates(tls: &RedisTls) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: tls.client_cert_pem.as_ref().map(|(cert, key)| ClientTlsConfig {
+            client_cert: cert.clone(),
+            client_key: key.clone(),
+        }),
+        root_cert: tls.ca_pem.clone(),
+    }
 }
 
 /// How long connecting and each command may take.
@@ -82,12 +96,18 @@ pub struct Timeouts {
 
 impl Target {
     /// Clients for the comma-separated `url` (validated now, nothing dialled).
-    pub fn parse(url: &str, topology: Topology) -> Result<Target, String> {
+    pub fn parse(url: &str, topology: Topology, tls: Option<&RedisTls>) -> Result<Target, String> {
         let nodes = url
             .split(',')
             .map(str::trim)
             .filter(|u| !u.is_empty())
-            .map(|u| Client::open(u).map_err(|e| format!("{}: {e}", redact(u))))
+            .map(|u| {
+                match tls {
+                    Some(tls) if u.starts_with("rediss://") => Client::build_with_tls(u, certificates(tls)),
+                    _ => Client::open(u),
+                }
+                .map_err(|e| format!("{}: {e}", redact(u)))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if nodes.is_empty() {
             return Err("no Redis address".to_owned());
@@ -95,7 +115,11 @@ impl Target {
         if nodes.len() > 1 && topology == Topology::Standalone {
             return Err("several Redis addresses given for a standalone Redis".to_owned());
         }
-        let target = Target { nodes, topology };
+        let target = Target {
+            nodes,
+            topology,
+            certs: tls.cloned(),
+        };
         if target.topology == Topology::Cluster || target.nodes.len() > 1 {
             target
                 .cluster_client(Timeouts {
@@ -108,13 +132,16 @@ impl Target {
     }
 
     fn cluster_client(&self, t: Timeouts) -> RedisResult<ClusterClient> {
-        ClusterClientBuilder::new(self.nodes.iter().map(|c| c.get_connection_info().clone()))
+        let mut builder = ClusterClientBuilder::new(self.nodes.iter().map(|c| c.get_connection_info().clone()))
             .connection_timeout(t.connect)
             .response_timeout(t.response)
             .retries(2)
             .min_retry_wait(10)
-            .max_retry_wait(100)
-            .build()
+            .max_retry_wait(100);
+        if let Some(tls) = &self.certs {
+            builder = builder.certs(certificates(tls));
+        }
+        builder.build()
     }
 
     /// The addresses without credentials, for logs.

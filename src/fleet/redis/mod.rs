@@ -77,6 +77,27 @@ pub struct RedisOptions {
     pub warn_every: Duration,
     /// A connected store pings this often, to notice a silent Redis.
     pub ping_every: Duration,
+    /// For `rediss://`: a private CA and a client certificate (else the
+    /// system roots, and no client certificate).
+    pub tls: Option<RedisTls>,
+}
+
+/// TLS material for `rediss://` (PEM).
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// The CA that signed Redis's certificate, instead of the system roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate and its key, for Redis with `tls-auth-clients yes`.
+    pub client_cert_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_cert", &self.client_cert_pem.is_some())
+            .finish()
+    }
 }
 
 impl Default for RedisOptions {
@@ -92,6 +113,7 @@ impl Default for RedisOptions {
             backoff_max: Duration::from_secs(5),
             warn_every: Duration::from_secs(10),
             ping_every: Duration::from_secs(1),
+            tls: None,
         }
     }
 }
@@ -194,6 +216,14 @@ impl Shared {
     }
 }
 
+/// The store for `--state <url>` with default options, as the server
+/// assembly takes it: [`RedisStore::connect_lazy`] behind the trait.
+pub fn connect(url: &str) -> Result<Arc<dyn SharedStore>, String> {
+    let store: Arc<dyn SharedStore> =
+        RedisStore::connect_lazy(url, RedisOptions::default()).map_err(|e| e.to_string())?;
+    Ok(store)
+}
+
 /// Holds shared through Redis (standalone or Cluster, `redis://` or `rediss://`).
 pub struct RedisStore {
     shared: Arc<Shared>,
@@ -226,7 +256,7 @@ impl RedisStore {
         if opts.queue_capacity == 0 {
             return Err(StoreError::Config("queue capacity must be at least 1".to_owned()));
         }
-        let target = Target::parse(url, opts.topology).map_err(StoreError::Config)?;
+        let target = Target::parse(url, opts.topology, opts.tls.as_ref()).map_err(StoreError::Config)?;
         let (tx, rx) = mpsc::channel(opts.queue_capacity);
         metrics::gauge!(STATE_CONNECTED).set(0.0);
         let shared = Arc::new(Shared {
