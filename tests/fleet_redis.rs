@@ -582,3 +582,59 @@ async fn rediss_with_a_private_ca_shares_holds() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_holds_are_shared_and_survive_a_failover() {
+    let mut master = RedisServer::start();
+    let replica_port = redis_support::free_port(false);
+    let standby = RedisServer::start_with(
+        replica_port,
+        false,
+        vec!["--replicaof".into(), "127.0.0.1".into(), master.port.to_string()],
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || standby
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up"))
+        .await,
+        "the replica never linked to its master"
+    );
+    let sentinel = RedisServer::start_sentinel(master.port);
+    let url = format!("redis+sentinel://127.0.0.1:{}/mymaster", sentinel.port);
+    let (a, b) = (replica(&url), replica(&url));
+    connected(&[&a, &b]).await;
+    assert_eq!(
+        a.store.describe(),
+        format!("redis+sentinel://127.0.0.1:{}/mymaster/0", sentinel.port)
+    );
+
+    let before = place(&a, &quota_stop("before", UnixMillis::now().plus_ms(60_000)));
+    assert!(
+        eventually(PATIENCE, || !holds_for(&b, "before").is_empty()).await,
+        "B never saw A's hold"
+    );
+    let key = a.store.key_of(&before);
+    assert!(
+        eventually(PATIENCE, || standby.cli(&["EXISTS", &key]) == "1").await,
+        "not replicated"
+    );
+
+    // The master dies; the sentinel promotes the replica; both replicas follow.
+    master.kill();
+    assert!(
+        eventually(Duration::from_secs(10), || standby.cli(&["ROLE"]).starts_with("master")).await,
+        "the sentinel did not promote the replica"
+    );
+    connected(&[&a, &b]).await;
+    assert!(
+        eventually(Duration::from_secs(5), || a.store.connected() && b.store.connected()).await,
+        "the replicas did not follow the failover"
+    );
+    let after = place(&b, &quota_stop("after", UnixMillis::now().plus_ms(60_000)));
+    assert!(
+        eventually(Duration::from_secs(5), || !holds_for(&a, "after").is_empty()).await,
+        "A did not see B's hold after the failover"
+    );
+    assert!(eventually(PATIENCE, || standby.cli(&["EXISTS", &a.store.key_of(&after)]) == "1").await);
+    assert!(!holds_for(&b, "before").is_empty(), "a hold was lost in the failover");
+}

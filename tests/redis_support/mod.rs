@@ -92,15 +92,54 @@ impl RedisServer {
             cluster,
             extra,
         };
+        server.ready()
+    }
+
+    fn ready(self) -> RedisServer {
         let deadline = Instant::now() + START_PATIENCE;
-        while !server.pings() {
+        while !self.pings() {
             assert!(
                 Instant::now() < deadline,
-                "redis-server on port {port} did not answer PING in {START_PATIENCE:?}"
+                "redis-server on port {} did not answer PING in {START_PATIENCE:?}",
+                self.port
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        server
+        self
+    }
+
+    /// A Sentinel (redis-server in sentinel mode) watching the master at
+    /// `master_port` as `mymaster`, quorum 1, down after 500 ms.
+    pub fn start_sentinel(master_port: u16) -> RedisServer {
+        let port = free_port(false);
+        let dir = std::env::temp_dir().join(format!("retryd-sentinel-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir for the sentinel");
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds mymaster 500\nsentinel failover-timeout mymaster 3000\n",
+                dir.display()
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start redis-server --sentinel: {e}"));
+        RedisServer {
+            child: Some(child),
+            port,
+            dir,
+            cluster: false,
+            extra: Vec::new(),
+        }
+        .ready()
     }
 
     /// Its URL.

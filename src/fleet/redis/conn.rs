@@ -1,13 +1,16 @@
 //! Connections: one Redis or a Redis Cluster behind one command connection,
 //! and a subscription on one node (cluster pub/sub reaches every node).
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::SingleNodeRoutingInfo;
-use ::redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use ::redis::{AsyncConnectionConfig, Client, Cmd, ConnectionAddr, Pipeline, RedisFuture, RedisResult, Value};
 
 use ::redis::{ClientTlsConfig, TlsCertificates};
 
@@ -73,6 +76,105 @@ pub struct Target {
     pub topology: Topology,
     /// TLS material for a cluster's nodes.
     certs: Option<RedisTls>,
+    /// Sentinels that name the master, for `redis+sentinel://`.
+    sentinel: Option<Sentinels>,
+}
+
+/// The sentinels of one master, asked for its address on every connect.
+#[derive(Clone)]
+struct Sentinels {
+    client: Arc<tokio::sync::Mutex<SentinelClient>>,
+    describe: String,
+}
+
+impl fmt::Debug for Sentinels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe)
+    }
+}
+
+/// Parses `redis+sentinel://[user:pass@]host[:port][,host[:port]…]/service[/db]`
+/// (`rediss+sentinel://`: TLS to the master): the credentials and db are
+/// the master's; sentinels listen on 26379 unless told.
+fn parse_sentinel(url: &str, tls: Option<&RedisTls>) -> Result<Sentinels, String> {
+    let (secure, rest) = if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
+        (true, rest)
+    } else if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+        (false, rest)
+    } else {
+        return Err("not a redis+sentinel:// address".to_owned());
+    };
+    let (auth, rest) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let (hosts, path) = rest
+        .split_once('/')
+        .ok_or("redis+sentinel://…/<service name> is missing the service name")?;
+    let mut path = path.split('/');
+    let service = path
+        .next()
+        .filter(|s| !s.is_empty())
+        .ok_or("redis+sentinel://: empty service name")?;
+    let db = match path.next().filter(|d| !d.is_empty()) {
+        Some(d) => d
+            .parse::<i64>()
+            .map_err(|_| format!("redis+sentinel://: db {d:?} is not a number"))?,
+        None => 0,
+    };
+    let mut addrs = Vec::new();
+    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        // host, host:port, [v6], [v6]:port
+        let (h, port) = match host.strip_prefix('[') {
+            Some(v6) => match v6.split_once(']') {
+                Some((h, "")) => (h, None),
+                Some((h, p)) => (h, Some(p.strip_prefix(':').unwrap_or(p))),
+                None => return Err(format!("sentinel {host:?}: unclosed [")),
+            },
+            None => match host.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (host, None),
+            },
+        };
+        let port = match port {
+            Some(p) => p.parse::<u16>().map_err(|_| format!("sentinel {host:?}: bad port"))?,
+            None => 26379,
+        };
+        addrs.push(ConnectionAddr::Tcp(h.to_owned(), port));
+    }
+    if addrs.is_empty() {
+        return Err("redis+sentinel:// names no sentinel".to_owned());
+    }
+    let mut builder = SentinelClientBuilder::new(addrs.clone(), service, SentinelServerType::Master)
+        .map_err(|e| e.to_string())?
+        .set_client_to_redis_db(db);
+    if let Some(auth) = auth {
+        // The credentials, URL-decoded as the crate decodes them.
+        let probe = Client::open(format!("redis://{auth}@localhost/")).map_err(|e| format!("credentials: {e}"))?;
+        let settings = probe.get_connection_info().redis_settings();
+        if let Some(user) = settings.username() {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(pass) = settings.password() {
+            builder = builder.set_client_to_redis_password(pass);
+        }
+    }
+    if secure {
+        builder = builder.set_client_to_redis_tls_mode(::redis::TlsMode::Secure);
+        if let Some(tls) = tls {
+            builder = builder.set_client_to_redis_certificates(certificates(tls));
+        }
+    }
+    let client = builder.build().map_err(|e| e.to_string())?;
+    let hosts: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    Ok(Sentinels {
+        client: Arc::new(tokio::sync::Mutex::new(client)),
+        describe: format!(
+            "{}://{}/{service}/{db}",
+            if secure { "rediss+sentinel" } else { "redis+sentinel" },
+            hosts.join(",")
+        ),
+    })
 }
 
 fn certificates(tls: &RedisTls) -> TlsCertificates {
@@ -97,6 +199,14 @@ pub struct Timeouts {
 impl Target {
     /// Clients for the comma-separated `url` (validated now, nothing dialled).
     pub fn parse(url: &str, topology: Topology, tls: Option<&RedisTls>) -> Result<Target, String> {
+        if url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://") {
+            return Ok(Target {
+                nodes: Vec::new(),
+                topology: Topology::Standalone,
+                certs: tls.cloned(),
+                sentinel: Some(parse_sentinel(url, tls)?),
+            });
+        }
         let nodes = url
             .split(',')
             .map(str::trim)
@@ -119,6 +229,7 @@ impl Target {
             nodes,
             topology,
             certs: tls.cloned(),
+            sentinel: None,
         };
         if target.topology == Topology::Cluster || target.nodes.len() > 1 {
             target
@@ -146,6 +257,9 @@ impl Target {
 
     /// The addresses without credentials, for logs.
     pub fn describe(&self) -> String {
+        if let Some(s) = &self.sentinel {
+            return s.describe.clone();
+        }
         let addrs: Vec<String> = self
             .nodes
             .iter()
@@ -162,19 +276,26 @@ impl Target {
         addrs.join(",")
     }
 
-    /// A command connection: to the cluster when asked for or found.
-    pub async fn connect(&self, t: Timeouts) -> RedisResult<Conn> {
+    /// A command connection (to the cluster when asked for or found, to
+    /// the master the sentinels name), and the nodes to subscribe on.
+    pub async fn connect(&self, t: Timeouts) -> RedisResult<(Conn, Vec<Client>)> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(t.connect))
+            .set_response_timeout(Some(t.response));
+        if let Some(sentinel) = &self.sentinel {
+            let master = sentinel.client.lock().await.async_get_client().await?;
+            let conn = master.get_multiplexed_async_connection_with_config(&config).await?;
+            return Ok((Conn::Single(conn), vec![master]));
+        }
         let cluster = match self.topology {
             Topology::Cluster => true,
             Topology::Auto if self.nodes.len() > 1 => true,
             Topology::Standalone | Topology::Auto => false,
         };
         if cluster {
-            return Ok(Conn::Cluster(self.cluster_client(t)?.get_async_connection().await?));
+            let conn = self.cluster_client(t)?.get_async_connection().await?;
+            return Ok((Conn::Cluster(conn), self.nodes.clone()));
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(t.connect))
-            .set_response_timeout(Some(t.response));
         let mut single = self
             .nodes
             .first()
@@ -184,27 +305,28 @@ impl Target {
         if self.topology == Topology::Auto {
             let info: String = ::redis::cmd("INFO").arg("cluster").query_async(&mut single).await?;
             if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
-                return Ok(Conn::Cluster(self.cluster_client(t)?.get_async_connection().await?));
+                let conn = self.cluster_client(t)?.get_async_connection().await?;
+                return Ok((Conn::Cluster(conn), self.nodes.clone()));
             }
         }
-        Ok(Conn::Single(single))
+        Ok((Conn::Single(single), self.nodes.clone()))
     }
+}
 
-    /// A subscription to `channel` on the first node that answers
-    /// (in a cluster, a PUBLISH on any node reaches every node).
-    pub async fn subscribe(&self, channel: &str) -> RedisResult<PubSub> {
-        let mut last = no_node();
-        for node in &self.nodes {
-            match node.get_async_pubsub().await {
-                Ok(mut pubsub) => {
-                    pubsub.subscribe(channel).await?;
-                    return Ok(pubsub);
-                }
-                Err(e) => last = e,
+/// A subscription to `channel` on the first of `nodes` that answers (in a
+/// cluster, a PUBLISH on any node reaches every node).
+pub async fn subscribe(nodes: &[Client], channel: &str) -> RedisResult<PubSub> {
+    let mut last = no_node();
+    for node in nodes {
+        match node.get_async_pubsub().await {
+            Ok(mut pubsub) => {
+                pubsub.subscribe(channel).await?;
+                return Ok(pubsub);
             }
+            Err(e) => last = e,
         }
-        Err(last)
     }
+    Err(last)
 }
 
 fn no_node() -> ::redis::RedisError {

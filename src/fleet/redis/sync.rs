@@ -140,11 +140,11 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
 async fn session(shared: &Shared) -> Result<(PubSubSink, PubSubStream), String> {
     let t = shared.timeouts();
     let budget = t.connect.saturating_mul(3);
-    let mut conn = tokio::time::timeout(budget, shared.target.connect(t))
+    let (mut conn, nodes) = tokio::time::timeout(budget, shared.target.connect(t))
         .await
         .map_err(|_| "connect timed out".to_owned())?
         .map_err(|e| e.to_string())?;
-    let pubsub = tokio::time::timeout(budget, shared.target.subscribe(&shared.channel))
+    let pubsub = tokio::time::timeout(budget, conn::subscribe(&nodes, &shared.channel))
         .await
         .map_err(|_| "subscribe timed out".to_owned())?
         .map_err(|e| format!("subscribe: {e}"))?;
