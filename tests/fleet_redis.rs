@@ -145,6 +145,13 @@ async fn a_hold_placed_on_a_refuses_on_b_and_a_release_on_b_lifts_it_on_a() {
         eventually(PATIENCE, || redis.cli(&["EXISTS", &key]) == "0").await,
         "the released key is still stored"
     );
+
+    // A stale write of the released hold (a replica that missed the lift
+    // writing its copy through) is refused by the tombstone.
+    a.store.put(&held);
+    let marker = place(&a, &quota_stop("marker", UnixMillis::now().plus_ms(60_000)));
+    assert!(eventually(PATIENCE, || redis.cli(&["EXISTS", &a.store.key_of(&marker)]) == "1").await);
+    assert_eq!(redis.cli(&["EXISTS", &key]), "0", "a released hold came back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -322,18 +329,21 @@ async fn redis_down_then_back_resyncs_and_writes_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lift_made_while_redis_is_down_is_replayed_on_reconnect() {
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     let (a, b) = (replica(&redis.url()), replica(&redis.url()));
     connected(&[&a, &b]).await;
     let held = place(&a, &quota_stop("acme", UnixMillis::now().plus_ms(60_000)));
     assert!(eventually(PATIENCE, || !holds_for(&b, "acme").is_empty()).await);
-    // Redis goes away without losing data (SIGSTOP-like: here a DEBUG SLEEP would block the test; use CLIENT PAUSE).
-    redis.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    assert_eq!(redis.cli(&["SAVE"]), "OK");
+    redis.kill();
     assert!(
-        eventually(Duration::from_secs(2), || !b.store.connected()).await,
-        "B did not notice the pause"
+        eventually(Duration::from_secs(3), || !b.store.connected()).await,
+        "B did not notice"
     );
     b.fleet.release(&held.id, UnixMillis::now()).expect("released");
+    // Redis comes back with the hold still stored: B's lift must win over
+    // both the stored hold and A's write-through of its copy.
+    redis.restart_keeping_data();
     connected(&[&a, &b]).await;
     assert!(
         eventually(Duration::from_secs(3), || holds_for(&a, "acme").is_empty()
@@ -343,6 +353,40 @@ async fn a_lift_made_while_redis_is_down_is_replayed_on_reconnect() {
         holds_for(&a, "acme"),
         holds_for(&b, "acme")
     );
+    assert!(eventually(PATIENCE, || redis.cli(&["EXISTS", &a.store.key_of(&held)]) == "0").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_made_while_redis_is_down_is_written_through() {
+    let mut redis = RedisServer::start();
+    let (a, b) = (replica(&redis.url()), replica(&redis.url()));
+    connected(&[&a, &b]).await;
+    let now = UnixMillis::now();
+    let held = place(&a, &quota_stop("acme", now.plus_ms(60_000)));
+    assert!(eventually(PATIENCE, || !holds_for(&b, "acme").is_empty()).await);
+    assert_eq!(redis.cli(&["SAVE"]), "OK");
+    redis.kill();
+    assert!(
+        eventually(Duration::from_secs(3), || !a.store.connected()).await,
+        "A did not notice"
+    );
+    let extended = place(&a, &quota_stop("acme", now.plus_ms(120_000)));
+    assert_eq!(
+        (extended.id.as_str(), extended.until),
+        (held.id.as_str(), now.plus_ms(120_000))
+    );
+    redis.restart_keeping_data();
+    connected(&[&a, &b]).await;
+    assert!(
+        eventually(Duration::from_secs(3), || holds_for(&b, "acme")
+            .first()
+            .map(|h| h.until)
+            == Some(extended.until))
+        .await,
+        "B never saw the extension A made while Redis was down: {:?}",
+        holds_for(&b, "acme")
+    );
+    assert!(pttl(&redis, &a.store.key_of(&held)) > 100_000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

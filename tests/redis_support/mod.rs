@@ -53,8 +53,14 @@ impl RedisServer {
 
     /// A Redis on `port` with `extra` flags (e.g. a TLS port).
     pub fn start_with(port: u16, cluster: bool, extra: Vec<String>) -> RedisServer {
+        RedisServer::launch(port, cluster, extra, false)
+    }
+
+    fn launch(port: u16, cluster: bool, extra: Vec<String>, keep_data: bool) -> RedisServer {
         let dir = std::env::temp_dir().join(format!("retryd-redis-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        if !keep_data {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         std::fs::create_dir_all(&dir).expect("temp dir for redis-server");
         let mut cmd = Command::new("redis-server");
         cmd.args([
@@ -169,8 +175,17 @@ impl RedisServer {
 
     /// Starts it again on the same port, empty (persistence is off).
     pub fn restart(&mut self) {
+        self.relaunch(false);
+    }
+
+    /// Starts it again on the same port with what the last `SAVE` wrote.
+    pub fn restart_keeping_data(&mut self) {
+        self.relaunch(true);
+    }
+
+    fn relaunch(&mut self, keep_data: bool) {
         self.kill();
-        let again = RedisServer::start_with(self.port, self.cluster, self.extra.clone());
+        let again = RedisServer::launch(self.port, self.cluster, self.extra.clone(), keep_data);
         let mut again = std::mem::ManuallyDrop::new(again);
         self.child = again.child.take();
     }

@@ -2,6 +2,7 @@
 //! the supervisor, which (re)connects, resyncs the mirror and applies other
 //! replicas' announcements.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tokio_stream::StreamExt;
 use super::conn::{self, Conn};
 use super::keys::{self, EventKind};
 use super::{Op, Shared};
-use crate::core::hold::Hold;
+use crate::core::hold::{Hold, HoldKind};
 use crate::core::time::UnixMillis;
 
 /// Longest a resync (SCAN and reads of every stored hold) may take.
@@ -177,9 +178,19 @@ async fn session(shared: &Shared) -> Result<(PubSubSink, PubSubStream), String> 
         return Err("not started".to_owned());
     };
     let found = stored.len();
-    let local_only = mirror.resync(stored, UnixMillis::now());
-    let written = local_only.len();
-    for h in local_only {
+    let stored_until: HashMap<(String, HoldKind), UnixMillis> =
+        stored.iter().map(|h| ((h.key.storage_key(), h.kind), h.until)).collect();
+    let now = UnixMillis::now();
+    // Written through: the holds placed here while Redis was away, and the
+    // ones extended here meanwhile (Redis has them with an earlier end).
+    let mut through = mirror.resync(stored, now);
+    through.extend(mirror.snapshot(now).into_iter().filter(|h| {
+        stored_until
+            .get(&(h.key.storage_key(), h.kind))
+            .is_some_and(|until| *until < h.until)
+    }));
+    let written = through.len();
+    for h in through {
         shared.enqueue(Op::Put(h));
     }
     shared.set_connected(true);
