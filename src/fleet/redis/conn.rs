@@ -1,21 +1,17 @@
 //! Connections: one Redis or a Redis Cluster behind one command connection,
 //! and a subscription on one node (cluster pub/sub reaches every node).
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::SingleNodeRoutingInfo;
-use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use ::redis::{AsyncConnectionConfig, Client, Cmd, ConnectionAddr, Pipeline, RedisFuture, RedisResult, Value};
+use ::redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use ::redis::{ClientTlsConfig, TlsCertificates};
 
-use super::{RedisTls, keys};
-use crate::core::hold::Hold;
+use super::RedisTls;
+use super::sentinel::{Sentinels, parse_sentinel};
 
 /// Which topology to expect behind the address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -80,104 +76,8 @@ pub struct Target {
     sentinel: Option<Sentinels>,
 }
 
-/// The sentinels of one master, asked for its address on every connect.
-#[derive(Clone)]
-struct Sentinels {
-    client: Arc<tokio::sync::Mutex<SentinelClient>>,
-    describe: String,
-}
-
-impl fmt::Debug for Sentinels {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.describe)
-    }
-}
-
-/// Parses `redis+sentinel://[user:pass@]host[:port][,host[:port]…]/service[/db]`
-/// (`rediss+sentinel://`: TLS to the master): the credentials and db are
-/// the master's; sentinels listen on 26379 unless told.
-fn parse_sentinel(url: &str, tls: Option<&RedisTls>) -> Result<Sentinels, String> {
-    let (secure, rest) = if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
-        (true, rest)
-    } else if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-        (false, rest)
-    } else {
-        return Err("not a redis+sentinel:// address".to_owned());
-    };
-    let (auth, rest) = match rest.rfind('@') {
-        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest),
-    };
-    let (hosts, path) = rest
-        .split_once('/')
-        .ok_or("redis+sentinel://…/<service name> is missing the service name")?;
-    let mut path = path.split('/');
-    let service = path
-        .next()
-        .filter(|s| !s.is_empty())
-        .ok_or("redis+sentinel://: empty service name")?;
-    let db = match path.next().filter(|d| !d.is_empty()) {
-        Some(d) => d
-            .parse::<i64>()
-            .map_err(|_| format!("redis+sentinel://: db {d:?} is not a number"))?,
-        None => 0,
-    };
-    let mut addrs = Vec::new();
-    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-        // host, host:port, [v6], [v6]:port
-        let (h, port) = match host.strip_prefix('[') {
-            Some(v6) => match v6.split_once(']') {
-                Some((h, "")) => (h, None),
-                Some((h, p)) => (h, Some(p.strip_prefix(':').unwrap_or(p))),
-                None => return Err(format!("sentinel {host:?}: unclosed [")),
-            },
-            None => match host.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (host, None),
-            },
-        };
-        let port = match port {
-            Some(p) => p.parse::<u16>().map_err(|_| format!("sentinel {host:?}: bad port"))?,
-            None => 26379,
-        };
-        addrs.push(ConnectionAddr::Tcp(h.to_owned(), port));
-    }
-    if addrs.is_empty() {
-        return Err("redis+sentinel:// names no sentinel".to_owned());
-    }
-    let mut builder = SentinelClientBuilder::new(addrs.clone(), service, SentinelServerType::Master)
-        .map_err(|e| e.to_string())?
-        .set_client_to_redis_db(db);
-    if let Some(auth) = auth {
-        // The credentials, URL-decoded as the crate decodes them.
-        let probe = Client::open(format!("redis://{auth}@localhost/")).map_err(|e| format!("credentials: {e}"))?;
-        let settings = probe.get_connection_info().redis_settings();
-        if let Some(user) = settings.username() {
-            builder = builder.set_client_to_redis_username(user);
-        }
-        if let Some(pass) = settings.password() {
-            builder = builder.set_client_to_redis_password(pass);
-        }
-    }
-    if secure {
-        builder = builder.set_client_to_redis_tls_mode(::redis::TlsMode::Secure);
-        if let Some(tls) = tls {
-            builder = builder.set_client_to_redis_certificates(certificates(tls));
-        }
-    }
-    let client = builder.build().map_err(|e| e.to_string())?;
-    let hosts: Vec<String> = addrs.iter().map(ToString::to_string).collect();
-    Ok(Sentinels {
-        client: Arc::new(tokio::sync::Mutex::new(client)),
-        describe: format!(
-            "{}://{}/{service}/{db}",
-            if secure { "rediss+sentinel" } else { "redis+sentinel" },
-            hosts.join(",")
-        ),
-    })
-}
-
-fn certificates(tls: &RedisTls) -> TlsCertificates {
+/// The crate's TLS material from ours.
+pub(super) fn certificates(tls: &RedisTls) -> TlsCertificates {
     TlsCertificates {
         client_tls: tls.client_cert_pem.as_ref().map(|(cert, key)| ClientTlsConfig {
             client_cert: cert.clone(),
@@ -338,117 +238,5 @@ fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
         _ => url.to_owned(),
-    }
-}
-
-/// A stored hold's `id`, `s` and `j` fields, as HMGET answers them.
-type StoredFields = (Option<String>, Option<String>, Option<Vec<u8>>);
-
-/// Keys per SCAN step, and per pipeline of reads.
-const SCAN_COUNT: usize = 500;
-
-/// Every hold stored under `ns` (on every master of a cluster).
-pub async fn scan_holds(conn: &mut Conn, ns: &str) -> RedisResult<Vec<Hold>> {
-    let pattern = keys::hold_pattern(ns);
-    let mut holds = Vec::new();
-    match conn {
-        Conn::Single(c) => scan_node(c, &pattern, &mut holds).await?,
-        Conn::Cluster(c) => {
-            for (host, port) in masters(c).await? {
-                let mut route = RoutedConn {
-                    conn: c.clone(),
-                    route: SingleNodeRoutingInfo::ByAddress { host, port },
-                };
-                scan_node(&mut route, &pattern, &mut holds).await?;
-            }
-        }
-    }
-    Ok(holds)
-}
-
-/// The masters of a cluster, from `CLUSTER NODES`.
-async fn masters(c: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
-    let nodes: String = ::redis::cmd("CLUSTER").arg("NODES").query_async(c).await?;
-    let mut out = Vec::new();
-    for line in nodes.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
-            continue;
-        };
-        if !flags.split(',').any(|f| f == "master") || flags.split(',').any(|f| f == "fail" || f == "noaddr") {
-            continue;
-        }
-        // ip:port@cport[,hostname]
-        let hostport = addr.split(['@', ',']).next().unwrap_or_default();
-        if let Some((host, port)) = hostport.rsplit_once(':') {
-            if let Ok(port) = port.parse::<u16>() {
-                out.push((host.to_owned(), port));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// A cluster connection whose commands all go to one node (for SCAN).
-struct RoutedConn {
-    conn: ClusterConnection,
-    route: SingleNodeRoutingInfo,
-}
-
-impl ConnectionLike for RoutedConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let route = ::redis::cluster_routing::RoutingInfo::SingleNode(self.route.clone());
-        Box::pin(self.conn.route_command(cmd.clone(), route))
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(
-            self.conn
-                .route_pipeline(pipeline.clone(), offset, count, self.route.clone()),
-        )
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-}
-
-/// SCANs one node and reads the holds it has (a pipeline to that node per
-/// step; a slot moving meanwhile fails the resync, which is retried).
-async fn scan_node<C: ConnectionLike + Send>(node: &mut C, pattern: &str, holds: &mut Vec<Hold>) -> RedisResult<()> {
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, found): (u64, Vec<String>) = ::redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .query_async(node)
-            .await?;
-        let found: Vec<String> = found.into_iter().filter(|k| keys::kind_of_key(k).is_some()).collect();
-        if !found.is_empty() {
-            let mut pipe = ::redis::pipe();
-            for k in &found {
-                pipe.cmd("HMGET").arg(k).arg("id").arg("s").arg("j");
-            }
-            let values: Vec<StoredFields> = pipe.query_async(node).await?;
-            for (id, since, json) in values {
-                if let (Some(id), Some(since), Some(json)) = (id, since, json) {
-                    if let Some(h) = keys::decode_hold(&id, &since, &json) {
-                        holds.push(h);
-                    }
-                }
-            }
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
     }
 }

@@ -12,6 +12,7 @@ use tokio_stream::StreamExt;
 
 use super::conn::{self, Conn};
 use super::keys::{self, EventKind};
+use super::scan;
 use super::{Op, Shared};
 use crate::core::hold::{Hold, HoldKind};
 use crate::core::time::UnixMillis;
@@ -170,7 +171,7 @@ async fn session(shared: &Shared) -> Result<(PubSubSink, PubSubStream), String> 
         }
     }
 
-    let stored = tokio::time::timeout(RESYNC_BUDGET, conn::scan_holds(&mut conn, &shared.opts.namespace))
+    let stored = tokio::time::timeout(RESYNC_BUDGET, scan::scan_holds(&mut conn, &shared.opts.namespace))
         .await
         .map_err(|_| "resync timed out".to_owned())?
         .map_err(|e| format!("resync: {e}"))?;
@@ -178,8 +179,10 @@ async fn session(shared: &Shared) -> Result<(PubSubSink, PubSubStream), String> 
         return Err("not started".to_owned());
     };
     let found = stored.len();
-    let stored_until: HashMap<(String, HoldKind), UnixMillis> =
-        stored.iter().map(|h| ((h.key.storage_key(), h.kind), h.until)).collect();
+    let stored_until: HashMap<(String, HoldKind), UnixMillis> = stored
+        .iter()
+        .map(|h| ((h.key.storage_key(), h.kind), h.until))
+        .collect();
     let now = UnixMillis::now();
     // Written through: the holds placed here while Redis was away, and the
     // ones extended here meanwhile (Redis has them with an earlier end).
