@@ -19,7 +19,27 @@
 //!   [`STATE_ERRORS_TOTAL`] counts failed Redis operations and
 //!   [`STATE_CONNECTED`] is 0.
 //!
-//! Key layout (Redis Cluster ready, bounded sizes): see [`keys`].
+//! - A lift leaves a tombstone (the lifted id, until the hold's end), so a
+//!   replica that missed the lift cannot write the hold back on resync;
+//!   lifts made while Redis is away are replayed on reconnect.
+//!
+//! Topologies, by address:
+//! - `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS; a private CA
+//!   or client certificate through [`RedisOptions::tls`]): one Redis. If
+//!   that Redis turns out to be a Cluster node (`INFO cluster`), the store
+//!   treats it as a seed of the cluster.
+//! - `redis://h1:p1,redis://h2:p2,…`: Redis Cluster seeds. Pub/sub goes
+//!   through one node (cluster PUBLISH reaches every node); the resync
+//!   SCANs every master.
+//! - `redis+sentinel://[user:pass@]s1:26379,s2:26379/<service>[/db]`
+//!   (`rediss+sentinel://`: TLS to the master): the master the sentinels
+//!   name, asked again on every reconnect, so a failover is a reconnect
+//!   and a resync. Sentinels themselves are reached without password/TLS.
+//!
+//! Commands used (for an ACL): EVALSHA/EVAL (scripts that call HMGET,
+//! HSET, DEL, GET, SET, PEXPIREAT, PUBLISH), SET, SCAN, HMGET, SUBSCRIBE,
+//! PING, INFO, CLUSTER NODES. Key layout (Redis Cluster ready, bounded
+//! sizes): see [`keys`].
 
 mod conn;
 pub mod keys;
