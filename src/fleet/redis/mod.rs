@@ -182,7 +182,8 @@ pub fn connect(url: &str) -> Result<Arc<dyn SharedStore>, String> {
     Ok(store)
 }
 
-/// Holds shared through Redis (standalone or Cluster, `redis://` or `rediss://`).
+/// Holds shared through Redis (one Redis, a Cluster or a Sentinel-watched
+/// master; `redis://` or `rediss://`).
 pub struct RedisStore {
     shared: Arc<Shared>,
     rx: Mutex<Option<mpsc::Receiver<Op>>>,
@@ -199,10 +200,11 @@ impl fmt::Debug for RedisStore {
 
 impl RedisStore {
     /// A store for `url` — `redis://[user:pass@]host:port[/db]`,
-    /// `rediss://…` (TLS), or several comma-separated addresses as cluster
-    /// seeds. The address is validated now (a bad one is an error at
-    /// startup); nothing is dialled until [`SharedStore::start`], which never
-    /// waits for Redis to be up.
+    /// `rediss://…` (TLS), several comma-separated addresses (cluster
+    /// seeds), or `redis+sentinel://s1:26379,…/<service>[/db]` (see the
+    /// module docs). The address is validated now (a bad one is an error at
+    /// startup); nothing is dialled until [`SharedStore::start`] (called by
+    /// `Fleet::new`, inside a tokio runtime), which never waits for Redis.
     pub fn connect_lazy(url: &str, opts: RedisOptions) -> Result<Arc<RedisStore>, StoreError> {
         if !keys::valid_namespace(&opts.namespace) {
             return Err(StoreError::Config(format!(
