@@ -88,7 +88,7 @@ pub fn kind_of_key(key: &str) -> Option<HoldKind> {
     HoldKind::ALL.into_iter().find(|k| k.as_str() == word)
 }
 
-/// Place or extend, extend-only. KEYS[1] the hold key, KEYS[2] its
+/// Place or extend, extend-only. `KEYS[1]` the hold key, `KEYS[2]` its
 /// tombstone; ARGV: id, since, until, hold JSON, channel, origin. A hold
 /// already lifted (its id is the tombstone) is refused (status 3); a hold
 /// in force with an end at least as late is kept (status 0); a later end
@@ -118,7 +118,7 @@ redis.call('PUBLISH', ARGV[5], 'placed\n' .. ARGV[6] .. '\n' .. ARGV[1] .. '\n' 
 return {1, ARGV[1], ARGV[2], ARGV[3], ARGV[4]}
 ";
 
-/// Lift. KEYS[1] the hold key, KEYS[2] its tombstone; ARGV: id, until,
+/// Lift. `KEYS[1]` the hold key, `KEYS[2]` its tombstone; ARGV: id, until,
 /// channel, origin, hold JSON. Leaves a tombstone naming the id until the
 /// hold's end.
 /// Deletes the stored hold when it is this one (same id) or ends no later
