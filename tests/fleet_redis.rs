@@ -714,3 +714,28 @@ async fn through_sentinel_holds_are_shared_and_survive_a_failover() {
     assert!(eventually(PATIENCE, || standby.cli(&["EXISTS", &a.store.key_of(&after)]) == "1").await);
     assert!(!holds_for(&b, "before").is_empty(), "a hold was lost in the failover");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_replica_closes_its_connections() {
+    let redis = RedisServer::start();
+    let clients = || redis.cli(&["INFO", "clients"]);
+    let count = || -> usize {
+        clients()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("connected_clients:")?.parse().ok())
+            .unwrap_or(usize::MAX)
+    };
+    let a = replica(&redis.url());
+    connected(&[&a]).await;
+    assert!(
+        count() >= 3,
+        "command and subscription connections expected: {}",
+        clients()
+    );
+    drop(a);
+    assert!(
+        eventually(PATIENCE, || count() == 1).await,
+        "connections left open after the replica was dropped: {}",
+        clients()
+    );
+}

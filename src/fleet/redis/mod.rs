@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use ::redis::{RedisError, Script};
 use arc_swap::ArcSwapOption;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 
 pub use conn::Topology;
 use conn::{Conn, Target, Timeouts};
@@ -102,6 +102,8 @@ struct Shared {
     mirror: OnceLock<Arc<Mirror>>,
     put_script: Script,
     lift_script: Script,
+    /// Set when the store is dropped: its tasks end.
+    stop: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -189,6 +191,13 @@ pub struct RedisStore {
     rx: Mutex<Option<mpsc::Receiver<Op>>>,
 }
 
+impl Drop for RedisStore {
+    /// Ends the store's tasks (queued writes not yet made are dropped).
+    fn drop(&mut self) {
+        self.shared.stop.send_replace(true);
+    }
+}
+
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
@@ -235,6 +244,7 @@ impl RedisStore {
             mirror: OnceLock::new(),
             put_script: Script::new(keys::PUT_SCRIPT),
             lift_script: Script::new(keys::LIFT_SCRIPT),
+            stop: watch::Sender::new(false),
         });
         Ok(Arc::new(RedisStore {
             shared,

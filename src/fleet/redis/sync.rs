@@ -22,7 +22,13 @@ const RESYNC_BUDGET: Duration = Duration::from_secs(30);
 
 /// Drains the write queue, one atomic script per write.
 pub(super) async fn write(shared: Arc<Shared>, mut rx: mpsc::Receiver<Op>) {
-    while let Some(op) = rx.recv().await {
+    let mut stop = shared.stop.subscribe();
+    loop {
+        let op = tokio::select! {
+            op = rx.recv() => op,
+            _ = stop.wait_for(|stopped| *stopped) => None,
+        };
+        let Some(op) = op else { return };
         let Some(conn) = shared.conn.load_full() else {
             // Not connected: a placed hold stays in the mirror and is written
             // through by the resync on reconnect; a lift is kept and replayed.
@@ -114,26 +120,40 @@ async fn lift(shared: &Shared, conn: &mut Conn, hold: &Hold) -> bool {
     }
 }
 
-/// Connects, resyncs and follows, again and again, with backoff between tries.
+/// Connects, resyncs and follows, again and again, with backoff between
+/// tries, until the store is dropped.
 pub(super) async fn supervise(shared: Arc<Shared>) {
+    let mut stop = shared.stop.subscribe();
     let mut backoff = shared.opts.backoff_min;
     loop {
-        match session(&shared).await {
-            Ok((sink, stream)) => {
-                backoff = shared.opts.backoff_min;
-                follow(&shared, stream).await;
-                drop(sink);
+        tokio::select! {
+            () = round(&shared, &mut backoff) => {}
+            _ = stop.wait_for(|stopped| *stopped) => {
+                shared.conn.store(None);
+                shared.set_connected(false);
+                return;
             }
-            Err(e) => shared.error("connecting", &e),
         }
-        shared.conn.store(None);
-        shared.set_connected(false);
-        let jittered = backoff.mul_f64(rand::random_range(0.8..1.2));
-        tokio::time::sleep(jittered).await;
-        backoff = backoff
-            .saturating_mul(2)
-            .min(shared.opts.backoff_max.max(shared.opts.backoff_min));
     }
+}
+
+/// One connection, followed until lost, then the wait before the next.
+async fn round(shared: &Shared, backoff: &mut Duration) {
+    match session(shared).await {
+        Ok((sink, stream)) => {
+            *backoff = shared.opts.backoff_min;
+            follow(shared, stream).await;
+            drop(sink);
+        }
+        Err(e) => shared.error("connecting", &e),
+    }
+    shared.conn.store(None);
+    shared.set_connected(false);
+    let jittered = backoff.mul_f64(rand::random_range(0.8..1.2));
+    tokio::time::sleep(jittered).await;
+    *backoff = backoff
+        .saturating_mul(2)
+        .min(shared.opts.backoff_max.max(shared.opts.backoff_min));
 }
 
 /// One connection: connect, subscribe, replay lifts, resync. The
