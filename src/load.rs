@@ -1,11 +1,24 @@
 //! Loading policies from disk: the embedded catalogs, then operators' TOML
 //! files on top. A user catalog with a new name adds a catalog; one with an
-//! existing name replaces that catalog as a whole (no per-field merging).
+//! existing embedded name replaces that catalog as a whole (no per-field
+//! merging); two user files may not declare the same name.
+//!
+//! Catalog files must be regular files (after following symlinks) of at most
+//! [`DEFAULT_MAX_POLICY_BYTES`] (or the configured limit). A file is opened
+//! without blocking and checked on the open descriptor, so a FIFO, a device
+//! such as `/dev/zero` or a file swapped between the check and the read is
+//! an error of that path — never a hang, an endless read, or a catalog that
+//! silently disappears.
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use crate::core::policy::EMBEDDED;
 use crate::core::{Policy, PolicyError};
+
+/// Default of `--max-policy-bytes`: the largest catalog file read (16 MiB;
+/// the embedded catalogs are about 20 KiB each).
+pub const DEFAULT_MAX_POLICY_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Why a policy could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -18,56 +31,146 @@ pub enum LoadError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// Several paths could not be read.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Many(Vec<LoadError>),
     /// The catalogs are invalid or the default is missing.
     #[error(transparent)]
     Policy(#[from] PolicyError),
 }
 
+impl LoadError {
+    /// Every error as its own line (`file:line: key: message` for catalog
+    /// errors, `path: problem` for files that could not be read).
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            LoadError::Many(errors) => errors.iter().flat_map(LoadError::lines).collect(),
+            LoadError::Policy(PolicyError::Invalid(errors)) => errors.iter().map(ToString::to_string).collect(),
+            other => vec![other.to_string()],
+        }
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> LoadError {
+    LoadError::Io {
+        path: display(path),
+        source,
+    }
+}
+
 /// The `.toml` files `paths` name: files as given, directories' `.toml`
-/// files sorted by name (not recursive; hidden entries such as Kubernetes'
-/// `..data` are skipped).
+/// entries sorted by name (not recursive; hidden entries such as Kubernetes'
+/// `..data` are skipped). Entries are listed whatever they are: one that is
+/// not a regular file is an error when it is read, not skipped.
 pub fn catalog_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = Vec::new();
     for path in paths {
-        let io = |source| LoadError::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        if path.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(io)?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    let visible = p
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| !n.starts_with('.'));
-                    visible && p.extension().is_some_and(|x| x == "toml") && p.is_file()
-                })
-                .collect();
+        let meta = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
+        if meta.is_dir() {
+            let mut found = Vec::new();
+            for entry in std::fs::read_dir(path).map_err(|e| io_error(path, e))? {
+                let p = entry.map_err(|e| io_error(path, e))?.path();
+                let visible = p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| !n.starts_with('.'));
+                if visible && p.extension().is_some_and(|x| x == "toml") {
+                    found.push(p);
+                }
+            }
             found.sort();
             out.extend(found);
         } else {
-            std::fs::metadata(path).map_err(io)?;
             out.push(path.clone());
         }
     }
     Ok(out)
 }
 
-/// Reads every file, keeping its display name for error messages.
-pub fn read_files(files: &[PathBuf]) -> Result<Vec<(String, String)>, LoadError> {
-    files
+/// The directories among `paths` that hold no `.toml` file.
+pub fn empty_dirs(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
         .iter()
-        .map(|f| {
-            std::fs::read_to_string(f)
-                .map(|text| (display(f), text))
-                .map_err(|source| LoadError::Io {
-                    path: display(f),
-                    source,
-                })
-        })
+        .filter(|p| p.is_dir() && catalog_files(std::slice::from_ref(*p)).is_ok_and(|f| f.is_empty()))
+        .cloned()
         .collect()
+}
+
+/// Reads one catalog file: a regular file (symlinks followed) of at most
+/// `max_bytes`, in UTF-8. Never blocks: the open is non-blocking (a FIFO
+/// without a writer opens at once and is then refused) and the read is
+/// bounded.
+pub fn read_file(path: &Path, max_bytes: u64) -> Result<String, LoadError> {
+    let fail = |message: String| io_error(path, std::io::Error::other(message));
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(|e| io_error(path, e))?;
+    // Checked on the descriptor opened, not the path: nothing can be
+    // swapped in between.
+    let meta = file.metadata().map_err(|e| io_error(path, e))?;
+    if !meta.is_file() {
+        return Err(fail(format!(
+            "not a regular file ({}); a catalog must be a regular file",
+            kind(&meta)
+        )));
+    }
+    if meta.len() > max_bytes {
+        return Err(fail(format!(
+            "{} bytes, over the limit of {max_bytes} (--max-policy-bytes)",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, e))?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(fail(format!(
+            "over the limit of {max_bytes} bytes (--max-policy-bytes)"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| fail(format!("not UTF-8 text ({e})")))
+}
+
+fn kind(meta: &std::fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        let t = meta.file_type();
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if meta.is_dir() { "a directory" } else { "not a file" }
+}
+
+/// Reads every file, keeping its display name for error messages; every
+/// file that cannot be read is reported, not only the first.
+pub fn read_files(files: &[PathBuf], max_bytes: u64) -> Result<Vec<(String, String)>, LoadError> {
+    let mut texts = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    for f in files {
+        match read_file(f, max_bytes) {
+            Ok(text) => texts.push((display(f), text)),
+            Err(e) => errors.push(e),
+        }
+    }
+    match errors.len() {
+        0 => Ok(texts),
+        1 => Err(errors.remove(0)),
+        _ => Err(LoadError::Many(errors)),
+    }
 }
 
 fn display(p: &Path) -> String {
@@ -76,7 +179,12 @@ fn display(p: &Path) -> String {
 
 /// The embedded catalogs plus the catalogs in `paths`, with `default_catalog`.
 pub fn load_policy(paths: &[PathBuf], default_catalog: &str) -> Result<Policy, LoadError> {
-    let user = read_files(&catalog_files(paths)?)?;
+    load_policy_limited(paths, default_catalog, DEFAULT_MAX_POLICY_BYTES)
+}
+
+/// [`load_policy`] with a limit on the size of each file.
+pub fn load_policy_limited(paths: &[PathBuf], default_catalog: &str, max_bytes: u64) -> Result<Policy, LoadError> {
+    let user = read_files(&catalog_files(paths)?, max_bytes)?;
     let sources = EMBEDDED
         .iter()
         .copied()
@@ -122,6 +230,103 @@ mod tests {
         std::fs::write(dir.join("broken.toml"), "name = 1\n").unwrap();
         let err = load_policy(std::slice::from_ref(&dir), "vibecode").unwrap_err();
         assert!(err.to_string().contains("broken.toml:1"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Runs `f` on a thread and fails the test if it takes over 10 s (a
+    /// loader that blocks on a FIFO must fail the test, not hang the suite).
+    fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the policy loader blocked")
+    }
+
+    fn mkfifo(path: &Path) {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfifo {}", path.display());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_entry_that_is_not_a_regular_file_is_an_error_of_its_path_not_a_missing_catalog() {
+        let dir = temp_dir("special");
+        std::fs::write(
+            dir.join("mine.toml"),
+            EMBEDDED[0].1.replace("name = \"vibecode\"", "name = \"mine\""),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.toml")).unwrap();
+        let d = dir.clone();
+        let err = within_10s(move || load_policy(&[d], "vibecode")).unwrap_err();
+        let lines = err.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("zero.toml: not a regular file (a device)"),
+            "{lines:?}"
+        );
+
+        std::fs::remove_file(dir.join("zero.toml")).unwrap();
+        mkfifo(&dir.join("fifo.toml"));
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling.toml")).unwrap();
+        let d = dir.clone();
+        let err = within_10s(move || load_policy(&[d], "vibecode")).unwrap_err();
+        let lines = err.lines();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("dangling.toml: "), "{lines:?}");
+        assert!(lines[1].contains("fifo.toml: not a regular file (a FIFO)"), "{lines:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_policy_file_that_is_a_fifo_or_a_device_is_refused_at_once() {
+        let dir = temp_dir("fifo-file");
+        mkfifo(&dir.join("fifo"));
+        std::os::unix::fs::symlink(dir.join("fifo"), dir.join("policy.toml")).unwrap();
+        let file = dir.join("policy.toml");
+        let err = within_10s(move || load_policy(&[file], "vibecode")).unwrap_err();
+        assert!(
+            err.to_string().contains("policy.toml: not a regular file (a FIFO)"),
+            "{err}"
+        );
+        let err = within_10s(|| load_policy(&[PathBuf::from("/dev/zero")], "vibecode")).unwrap_err();
+        assert!(err.to_string().contains("/dev/zero: not a regular file"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_policy_file_over_the_size_limit_is_refused() {
+        let dir = temp_dir("big");
+        let text = EMBEDDED[0].1.replace("name = \"vibecode\"", "name = \"mine\"");
+        std::fs::write(dir.join("mine.toml"), &text).unwrap();
+        let paths = std::slice::from_ref(&dir);
+        assert!(load_policy_limited(paths, "vibecode", text.len() as u64).is_ok());
+        let err = load_policy_limited(paths, "vibecode", text.len() as u64 - 1).unwrap_err();
+        assert!(err.to_string().contains("over the limit"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn two_user_files_may_not_declare_one_catalog_name() {
+        let dir = temp_dir("dup");
+        let mine = EMBEDDED[0].1.replace("name = \"vibecode\"", "name = \"mine\"");
+        std::fs::write(dir.join("a.toml"), &mine).unwrap();
+        std::fs::write(dir.join("b.toml"), &mine).unwrap();
+        let err = load_policy(std::slice::from_ref(&dir), "vibecode").unwrap_err();
+        let lines = err.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("b.toml:"), "{lines:?}");
+        assert!(
+            lines[0].contains("name: catalog \"mine\" is already declared in"),
+            "{lines:?}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,5 +13,18 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    retryd::cli::run(retryd::cli::Cli::parse())
+    match retryd::cli::Cli::try_parse() {
+        Ok(cli) => retryd::cli::run(cli),
+        Err(e) => {
+            // --help and --version print to stdout and exit 0; a usage error
+            // exits with its subcommand's code (`retryd health`: 1, as
+            // grpc_health_probe; the others: 2).
+            let _ = e.print();
+            if e.use_stderr() {
+                ExitCode::from(retryd::cli::usage_error_code(std::env::args_os()))
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+    }
 }

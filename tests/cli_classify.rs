@@ -120,3 +120,56 @@ fn bad_flags_exit_2_with_a_clear_message() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--idempotency-key: is 300 bytes; the limit is 256"));
 }
+
+#[test]
+fn a_code_in_another_case_gets_a_did_you_mean_warning() {
+    let out = classify(&["--code", "bitrix_timeout", "--operation", "write"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(unknown)"), "{text}");
+    assert!(
+        text.contains("warning:      code_case_mismatch: did you mean BITRIX_TIMEOUT?"),
+        "{text}"
+    );
+    let d = json(&["--code", "bitrix_timeout", "--format", "json"]);
+    let warnings = d["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("code_case_mismatch: did you mean BITRIX_TIMEOUT?")),
+        "{d}"
+    );
+}
+
+#[test]
+fn a_policy_error_names_where_the_path_came_from() {
+    let out = classify(&["--policy", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("retryd classify: --policy: /nonexistent"));
+    let out = Command::new(env!("CARGO_BIN_EXE_retryd"))
+        .args(["classify", "--code", "X"])
+        .env("RETRYD_POLICY", "/nonexistent")
+        .output()
+        .expect("run retryd");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("retryd classify: RETRYD_POLICY: /nonexistent"), "{err}");
+}
+
+#[test]
+fn the_read_reason_of_bitrix_timeout_speaks_of_the_read() {
+    let d = json(&[
+        "--code",
+        "BITRIX_TIMEOUT",
+        "--operation",
+        "read",
+        "--attempt",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let reason = d["reason"].as_str().unwrap();
+    assert!(!reason.contains("write"), "{reason}");
+    assert!(reason.contains("read"), "{reason}");
+}

@@ -11,10 +11,10 @@ fn retryd(args: &[&str]) -> std::process::Output {
 }
 
 #[test]
-fn readme_matrices_are_what_the_command_prints() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn docs_matrices_are_what_the_command_prints() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/matrices.md")).unwrap();
     let mut seen = 0;
-    for block in readme.split("<!-- matrix ").skip(1) {
+    for block in docs.split("<!-- matrix ").skip(1) {
         let (head, rest) = block.split_once(" -->\n").unwrap();
         let (catalog, locale) = head.split_once(' ').unwrap();
         let body = rest.split("<!-- /matrix -->").next().unwrap();
@@ -23,11 +23,14 @@ fn readme_matrices_are_what_the_command_prints() {
         assert_eq!(
             body,
             String::from_utf8(out.stdout).unwrap(),
-            "README matrix for {catalog} ({locale}) is stale: regenerate it with `retryd policy matrix`"
+            "docs/matrices.md: the matrix of {catalog} ({locale}) is stale: regenerate it with `retryd policy matrix --catalog {catalog} --locale {locale}`"
         );
         seen += 1;
     }
-    assert!(seen >= 3, "README has {seen} matrices");
+    // every embedded catalog, and vibecode in Russian too
+    assert_eq!(seen, 6, "docs/matrices.md has {seen} matrices");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(readme.contains("(docs/matrices.md)"), "the README links the matrices");
 }
 
 #[test]
@@ -53,7 +56,7 @@ fn check_prints_every_error_and_exits_1() {
 
     assert!(err.contains("duplicate code or alias \"QUEUE_OVERFLOW\""), "{err}");
     assert!(
-        err.contains("typo.toml:2: document: unknown field `max_attemps`"),
+        err.contains("typo.toml:2: max_attemps: unknown key `max_attemps`; did you mean `max_attempts`?"),
         "{err}"
     );
     assert!(err.contains("bad.toml:14: backoff.cap_ms"), "{err}");
@@ -82,4 +85,83 @@ fn classify_and_matrix_read_user_catalogs() {
     let out = retryd(&["classify", "--policy", "/nonexistent"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--policy: /nonexistent"));
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("retryd-policy-check-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn vibecode() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/policies/vibecode.toml")).unwrap()
+}
+
+#[test]
+fn check_reports_every_unknown_key_with_its_line_and_one_error_for_a_bad_verdict() {
+    let dir = temp_dir("keys");
+    let text = vibecode()
+        .replace("max_attempts = 5", "max_attemps = 5\nmax_attempts = 5")
+        .replacen(
+            "target_reached = \"no\"",
+            "target_reached = \"no\"\nretry_after = true",
+            1,
+        )
+        .replacen(
+            "read = { verdict = \"retry_with_limit\"",
+            "read = { verdict = \"retry_with_limt\"",
+            1,
+        );
+    std::fs::write(dir.join("typos.toml"), &text).unwrap();
+    let out = retryd(&["policy", "check", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(
+        lines[0].contains("typos.toml:") && lines[0].contains(": max_attemps: unknown key"),
+        "{err}"
+    );
+    assert!(lines[1].contains(": codes[0].retry_after: unknown key"), "{err}");
+    assert!(
+        lines[2].contains(": codes[0].read.verdict: unknown verdict \"retry_with_limt\""),
+        "{err}"
+    );
+    assert!(!err.contains("less conservative"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn check_refuses_two_files_with_one_catalog_name() {
+    let dir = temp_dir("dup");
+    let mine = vibecode().replace("name = \"vibecode\"", "name = \"mine\"");
+    std::fs::write(dir.join("a.toml"), &mine).unwrap();
+    std::fs::write(dir.join("b.toml"), &mine).unwrap();
+    let out = retryd(&["policy", "check", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("b.toml:4: name: catalog \"mine\" is already declared in"),
+        "{err}"
+    );
+    assert!(err.contains("a.toml; one file per catalog name"), "{err}");
+    // replacing an embedded catalog is what one file with its name is for
+    std::fs::remove_file(dir.join("b.toml")).unwrap();
+    std::fs::write(dir.join("b.toml"), vibecode()).unwrap();
+    let out = retryd(&["policy", "check", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn check_of_a_folder_without_catalogs_says_so_and_exits_1() {
+    let dir = temp_dir("empty");
+    std::fs::write(dir.join("notes.txt"), "not a catalog").unwrap();
+    let out = retryd(&["policy", "check", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no .toml catalog file here"), "{err}");
+    assert!(out.stdout.is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -94,6 +94,44 @@ async fn classify_reads_locale_and_tolerates_unknown_enum_numbers() {
 }
 
 #[tokio::test]
+async fn a_code_in_another_case_is_answered_with_a_did_you_mean_warning() {
+    let server = Server::start(&[]);
+    let mut client = server.client().await;
+    let f = failure("vibecode", "bitrix_timeout", pb::OperationKind::Write);
+    let d = client
+        .classify(classify(f.clone()))
+        .await
+        .expect("Classify")
+        .into_inner()
+        .decision
+        .expect("decision");
+    assert!(!d.known_code);
+    assert_eq!(d.rule, "vibecode/unknown/write");
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.starts_with("code_case_mismatch: did you mean BITRIX_TIMEOUT?")),
+        "{:?}",
+        d.warnings
+    );
+    // in a batch too, and the next item's answer carries nothing of it
+    let batch = client
+        .classify_batch(pb::ClassifyBatchRequest {
+            failures: vec![f, failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)],
+            ..Default::default()
+        })
+        .await
+        .expect("ClassifyBatch")
+        .into_inner();
+    let decision = |i: usize| match &batch.results[i].outcome {
+        Some(Outcome::Decision(d)) => d.clone(),
+        other => panic!("item {i}: {other:?}"),
+    };
+    assert!(decision(0).warnings[0].contains("did you mean BITRIX_TIMEOUT"));
+    assert!(decision(1).warnings.is_empty());
+}
+
+#[tokio::test]
 async fn classify_errors_name_the_field() {
     let server = Server::start(&[]);
     let mut client = server.client().await;

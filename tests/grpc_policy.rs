@@ -277,7 +277,7 @@ async fn editing_the_file_reloads_under_load() {
     assert_eq!(sample(&scrape, &info_series(&v2)), Some(1.0), "{scrape}");
     assert_eq!(sample(&scrape, &info_series(&v1)), Some(0.0), "{scrape}");
     // The new version is logged.
-    server.until_logged(&["policy reloaded", &v2]).await;
+    server.until_logged(&["policy reload: applied", &v2]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,6 +309,84 @@ async fn sighup_reloads_when_not_watching() {
         Some(1.0),
         "{scrape}"
     );
+}
+
+/// The `policy reload: …` outcome lines logged so far.
+fn outcomes(server: &Server) -> Vec<String> {
+    server
+        .log()
+        .lines()
+        .filter(|l| l.contains("policy reload: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reload_logs_its_outcome_once_at_info() {
+    let dir = TempDir::new("outcomes");
+    let file = dir.join("mine.toml");
+    std::fs::write(&file, catalog("mine", 3)).expect("write");
+    let server = Server::start(&["--policy", file.to_str().unwrap(), "--policy-watch", "false"]);
+    let v1 = version_of(&[&file]);
+    until_version(&server, &v1).await;
+    // The PID is logged at start, so SIGHUP can be sent to this server only.
+    assert!(
+        server.log().contains(&format!("pid={}", server.pid())),
+        "{}",
+        server.log()
+    );
+    let logged = |n: usize| {
+        let server = &server;
+        async move {
+            eventually(RELOAD_WITHIN, "the reload's outcome is logged", || async {
+                let lines = outcomes(server);
+                (lines.len() >= n).then_some(lines)
+            })
+            .await
+        }
+    };
+
+    // SIGHUP, nothing changed.
+    server.hangup();
+    let lines = logged(1).await;
+    assert!(
+        lines[0].contains("INFO") && lines[0].contains("policy reload: unchanged"),
+        "{lines:#?}"
+    );
+    assert!(lines[0].contains(&v1), "{lines:#?}");
+
+    // A broken edit: the errors, then one outcome line.
+    replace_file(&file, "name = \"mine\"\nmax_attempts = [\n");
+    server.hangup();
+    let lines = logged(2).await;
+    assert!(
+        lines[1].contains("INFO") && lines[1].contains("policy reload: refused"),
+        "{lines:#?}"
+    );
+    assert!(lines[1].contains(&v1), "the version that keeps serving: {lines:#?}");
+
+    // Fixed back to the version in force: the recovery is said.
+    replace_file(&file, &catalog("mine", 3));
+    server.hangup();
+    let lines = logged(3).await;
+    assert!(
+        lines[2].contains("INFO") && lines[2].contains("policy reload: unchanged; the files load again"),
+        "{lines:#?}"
+    );
+
+    // A new version: applied, naming it.
+    replace_file(&file, &catalog("mine", 2));
+    let v2 = version_of(&[&file]);
+    server.hangup();
+    let lines = logged(4).await;
+    assert!(
+        lines[3].contains("INFO") && lines[3].contains(&format!("policy reload: applied {v2}")),
+        "{lines:#?}"
+    );
+
+    // Once per reload: four SIGHUPs, four outcome lines.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(outcomes(&server).len(), 4, "{}", server.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,6 +430,47 @@ async fn a_broken_policy_is_refused_and_the_old_one_keeps_serving() {
         sample(&server.scrape(), "retryd_policy_last_reload_successful"),
         Some(1.0)
     );
+
+    load.more_calls(CALLS_BETWEEN).await;
+    let report = load.stop().await;
+    report.assert_clean(&[&v1, &v2]);
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_file_turned_into_a_device_or_fifo_refuses_the_reload_and_the_catalog_keeps_serving() {
+    let dir = TempDir::new("special");
+    let file = dir.join("mine.toml");
+    std::fs::write(&file, catalog("mine", 3)).expect("write");
+    let (v1, server, load) = serve_under_load(&dir.0, &[]).await;
+    let errors = || sample(&server.scrape(), "retryd_policy_reload_total{result=\"error\"}").unwrap_or(0.0);
+
+    // A symlink to /dev/zero in its place: refused (not read until memory
+    // runs out), counted, logged with the path; "mine" keeps deciding.
+    let link = dir.join(".mine.toml.link");
+    std::os::unix::fs::symlink("/dev/zero", &link).expect("symlink");
+    std::fs::rename(&link, &file).expect("rename over");
+    eventually(RELOAD_WITHIN, "a refused reload is counted", || async {
+        (errors() >= 1.0).then_some(())
+    })
+    .await;
+    server
+        .until_logged(&["policy reload refused", "mine.toml: not a regular file (a device)"])
+        .await;
+    assert_eq!(decide(&server, classify_mine()).await.policy_version, v1);
+
+    // A FIFO: refused at once, and the reloads after it still happen.
+    std::fs::remove_file(&file).expect("remove");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&file)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    server.until_logged(&["mine.toml: not a regular file (a FIFO)"]).await;
+    assert_eq!(decide(&server, classify_mine()).await.policy_version, v1);
+    replace_file(&file, &catalog("mine", 2));
+    let v2 = version_of(&[&dir.0]);
+    until_version(&server, &v2).await;
 
     load.more_calls(CALLS_BETWEEN).await;
     let report = load.stop().await;

@@ -11,7 +11,7 @@ use crate::core::{Decision, Failure, Operation, ReadBack, UnixMillis, decide, li
 /// Flags of `retryd classify`.
 #[derive(Debug, Args)]
 pub struct ClassifyArgs {
-    /// Catalog of codes (default: vibecode).
+    /// Catalog of codes; empty: the default catalog, vibecode.
     #[arg(long, default_value = "")]
     pub catalog: String,
     /// The error code; empty means no platform envelope (a network error).
@@ -153,7 +153,7 @@ pub fn run(args: &ClassifyArgs) -> ExitCode {
     let policy = match crate::load::load_policy(&args.policy, crate::core::policy::DEFAULT_CATALOG) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("retryd classify: --policy: {e}");
+            eprintln!("retryd classify: {}: {e}", policy_origin(std::env::args_os()));
             return ExitCode::from(2);
         }
     };
@@ -173,6 +173,16 @@ pub fn run(args: &ClassifyArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Where the policy paths came from, for an error message: `--policy`, or
+/// its environment twin when the command line has no `--policy`.
+pub fn policy_origin(args: impl IntoIterator<Item = std::ffi::OsString>) -> &'static str {
+    let on_command_line = args.into_iter().any(|a| {
+        let a = a.to_string_lossy();
+        a == "--policy" || a.starts_with("--policy=")
+    });
+    if on_command_line { "--policy" } else { "RETRYD_POLICY" }
 }
 
 /// Renders a decision in `format`.
@@ -253,11 +263,21 @@ fn text(d: &Decision<'_>) -> String {
     if let Some(t) = d.terminal_state {
         let _ = writeln!(out, "terminal:     {}", t.as_str());
     }
+    if let Some(h) = d.hold_plan {
+        // A server with fleet memory would place this hold for every caller.
+        let _ = writeln!(
+            out,
+            "fleet hold:   {} on the {} until {}",
+            h.kind.as_str(),
+            h.scope.as_str(),
+            h.until.to_rfc3339()
+        );
+    }
     if !d.request_id.is_empty() {
         let _ = writeln!(out, "request id:   {}", d.request_id);
     }
-    for w in d.warnings.iter() {
-        let _ = writeln!(out, "warning:      {}", w.message());
+    for w in d.warnings.texts() {
+        let _ = writeln!(out, "warning:      {w}");
     }
     let _ = write!(out, "rule:         {} ({})", d.rule, d.policy_version);
     out

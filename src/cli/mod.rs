@@ -1,6 +1,7 @@
-//! The command line: `retryd classify`, `retryd serve`, `retryd health`.
+//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`.
 
 pub mod classify;
+pub mod holds;
 pub mod policy;
 
 use std::process::ExitCode;
@@ -28,6 +29,9 @@ pub enum Command {
     /// Validate catalog files or print a catalog's decision matrix.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// List, release or watch the fleet's holds on a running server.
+    #[command(subcommand)]
+    Holds(holds::HoldsCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -37,5 +41,19 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => crate::server::serve_main(args),
         Command::Health(args) => crate::server::health_main(args),
         Command::Policy(cmd) => policy::run(&cmd),
+        Command::Holds(cmd) => holds::run(cmd),
+    }
+}
+
+/// The exit code of a command line that does not parse: 1 for `retryd
+/// health` (grpc_health_probe's "bad arguments", which probes are configured
+/// by; its 2 means "connection failure"), 2 (the usual usage code) for
+/// everything else.
+pub fn usage_error_code(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
+    // The subcommand is the first argument: `retryd` has no global flags
+    // besides --help and --version, which do not reach here.
+    match args.into_iter().nth(1) {
+        Some(sub) if sub == "health" => crate::server::health_probe::EXIT_BAD_ARGUMENTS,
+        _ => 2,
     }
 }

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use crate::core::catalog::{Catalog, compile_catalog};
+use crate::core::hold::HoldKind;
+use crate::core::policy::duplicate_name;
 use crate::core::{Locale, TargetReached, Verdict};
 use crate::load;
 
@@ -26,12 +28,15 @@ pub struct CheckArgs {
     /// Catalog files (`.toml`) or directories of them.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
+    /// Largest catalog file accepted, in bytes (as `retryd serve --max-policy-bytes`).
+    #[arg(long, env = "RETRYD_MAX_POLICY_BYTES", default_value_t = load::DEFAULT_MAX_POLICY_BYTES)]
+    pub max_policy_bytes: u64,
 }
 
 /// Flags of `retryd policy matrix`.
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
-    /// The catalog (default: vibecode).
+    /// The catalog.
     #[arg(long, default_value = "vibecode")]
     pub catalog: String,
     /// Language of the conditions: en or ru.
@@ -45,31 +50,53 @@ pub struct MatrixArgs {
 /// Runs a `policy` subcommand.
 pub fn run(cmd: &PolicyCommand) -> ExitCode {
     match cmd {
-        PolicyCommand::Check(args) => check(&args.paths),
+        PolicyCommand::Check(args) => check(args),
         PolicyCommand::Matrix(args) => matrix_command(args),
     }
 }
 
-fn check(paths: &[PathBuf]) -> ExitCode {
-    let files = match load::catalog_files(paths) {
+fn check(args: &CheckArgs) -> ExitCode {
+    let files = match load::catalog_files(&args.paths) {
         Ok(files) => files,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
+    if files.is_empty() {
+        let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "{}: no .toml catalog file here (a directory contributes the .toml files directly in it); nothing to check",
+            paths.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
     let mut failed = false;
+    // (catalog name, file) of each file that compiled, for duplicate names.
+    let mut declared: Vec<(String, String)> = Vec::new();
     for file in &files {
         let name = file.display().to_string();
-        let result = std::fs::read_to_string(file)
-            .map_err(|e| vec![format!("{name}: {e}")])
-            .and_then(|text| {
-                compile_catalog(&name, &text).map_err(|errors| errors.iter().map(ToString::to_string).collect())
-            });
-        if let Err(errors) = result {
-            failed = true;
-            for e in errors {
+        let text = match load::read_file(file, args.max_policy_bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                failed = true;
                 eprintln!("{e}");
+                continue;
+            }
+        };
+        match compile_catalog(&name, &text) {
+            Ok(c) => match declared.iter().find(|(n, _)| *n == *c.name) {
+                Some((_, first)) => {
+                    failed = true;
+                    eprintln!("{}", duplicate_name(&name, &text, &c.name, first));
+                }
+                None => declared.push((c.name.to_string(), name)),
+            },
+            Err(errors) => {
+                failed = true;
+                for e in errors {
+                    eprintln!("{e}");
+                }
             }
         }
     }
@@ -84,7 +111,10 @@ fn matrix_command(args: &MatrixArgs) -> ExitCode {
     let policy = match load::load_policy(&args.policy, crate::core::policy::DEFAULT_CATALOG) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("retryd policy matrix: --policy: {e}");
+            eprintln!(
+                "retryd policy matrix: {}: {e}",
+                crate::cli::classify::policy_origin(std::env::args_os())
+            );
             return ExitCode::from(2);
         }
     };
@@ -153,7 +183,65 @@ pub fn matrix(c: &Catalog, locale: Locale) -> String {
             e.condition.get(locale).replace('|', "\\|")
         );
     }
+    holds_list(&mut out, c, ru);
     out
+}
+
+/// The fleet holds the catalog's rules place, as a list under the table
+/// (the table keeps the seed's shape).
+fn holds_list(out: &mut String, c: &Catalog, ru: bool) {
+    let mut lines = Vec::new();
+    for e in c.codes().iter().chain([c.unknown(), c.no_envelope()]) {
+        let rules = [
+            ("read", Some(&e.read)),
+            ("write", Some(&e.write)),
+            ("retried_write", e.retried_write.as_ref()),
+            ("write_with_retry_after", e.write_with_retry_after.as_ref()),
+        ];
+        let present = rules.iter().filter(|(_, r)| r.is_some()).count();
+        let mut ops: Vec<(&str, crate::core::catalog::HoldRule)> = Vec::new();
+        for (op, rule) in rules {
+            if let Some(h) = rule.and_then(|r| r.hold) {
+                ops.push((op, h));
+            }
+        }
+        let Some((_, h)) = ops.first().copied() else { continue };
+        let same = ops.len() == present && ops.iter().all(|(_, o)| *o == h);
+        let which = if same {
+            String::new()
+        } else {
+            format!(" ({})", ops.iter().map(|(op, _)| *op).collect::<Vec<_>>().join(", "))
+        };
+        let until = match h.kind {
+            HoldKind::Pause | HoldKind::Quarantine => match h.hold_ms {
+                Some(ms) => format!("the Retry-After, else {ms} ms"),
+                None => "the Retry-After (none: no hold)".to_owned(),
+            },
+            HoldKind::QuotaStop => match &c.quota {
+                Some(q) => format!("the reset ({}), or the failure's `quota_resets_at`", q.describe()),
+                None => "the failure's `quota_resets_at`, else the Retry-After".to_owned(),
+            },
+            HoldKind::CircuitOpen => format!("a probe succeeds (one per {} ms), at most the cap", h.probe_every_ms),
+        };
+        lines.push(format!(
+            "- `{}`{which}: {} on the {} until {until}",
+            e.code,
+            h.kind.as_str(),
+            h.scope.as_str()
+        ));
+    }
+    if lines.is_empty() {
+        return;
+    }
+    let head = if ru {
+        "Удержания для всего парка (fleet holds; потолок задержек"
+    } else {
+        "Fleet holds (every delay and hold capped at"
+    };
+    let _ = writeln!(out, "\n{head} {} ms):\n", c.max_delay_ms);
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
 }
 
 fn reached(t: TargetReached, ru: bool) -> &'static str {

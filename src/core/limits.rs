@@ -18,6 +18,10 @@ pub const MAX_IDEMPOTENCY_KEY: usize = 256;
 pub const MAX_REQUEST_ID: usize = 256;
 /// Longest tenant id.
 pub const MAX_TENANT: usize = 256;
+/// Longest dependency instance name.
+pub const MAX_DEPENDENCY: usize = 256;
+/// Longest probe token.
+pub const MAX_PROBE_TOKEN: usize = 128;
 /// Longest locale tag.
 pub const MAX_LOCALE: usize = 35;
 /// Longest reconciliation action in an upstream contract.
@@ -48,6 +52,8 @@ pub fn check(failure: &Failure<'_>) -> Result<(), FieldViolation> {
         ("request_id", failure.request_id, MAX_REQUEST_ID),
         ("tenant", failure.tenant, MAX_TENANT),
         ("locale", failure.locale, MAX_LOCALE),
+        ("dependency", failure.dependency, MAX_DEPENDENCY),
+        ("probe_token", failure.probe_token, MAX_PROBE_TOKEN),
         ("upstream.idempotency_key", up_key, MAX_IDEMPOTENCY_KEY),
         ("upstream.reconciliation_action", up_action, MAX_ACTION),
     ];

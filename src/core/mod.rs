@@ -19,4 +19,4 @@ pub use model::{
 };
 pub use policy::{Policy, PolicyError};
 pub use time::UnixMillis;
-pub use warnings::{Warning, Warnings};
+pub use warnings::{Warning, WarningText, Warnings};

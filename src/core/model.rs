@@ -312,8 +312,10 @@ pub struct Decision<'a> {
     /// A final state to record, e.g. `FAILED_PERMANENT`.
     pub terminal_state: Option<TerminalState>,
     /// Input that was ignored or adjusted.
-    pub warnings: super::warnings::Warnings,
+    pub warnings: super::warnings::Warnings<'a>,
     /// The fleet hold this failure asks to place, if its rule places one
     /// (the fleet layer decides whether it is new, an extension or kept).
+    /// Not part of the JSON form: the wire reports the hold in force instead.
+    #[serde(skip)]
     pub hold_plan: Option<super::hold::HoldPlan<'a>>,
 }

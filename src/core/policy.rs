@@ -3,7 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::catalog::{Catalog, CatalogError, compile_catalog};
+use super::catalog::{Catalog, CatalogError, compile_catalog, line_of_key};
 
 /// The catalogs compiled into the binary: `(file name, TOML text)`.
 pub const EMBEDDED: &[(&str, &str)] = &[
@@ -56,18 +56,25 @@ impl Policy {
         let mut errors = Vec::new();
         let mut catalogs: Vec<Catalog> = Vec::new();
         let mut hashed: Vec<(String, [u8; 32])> = Vec::new();
+        // The file each catalog came from, and whether it is embedded.
+        let mut origins: Vec<(&'s str, bool)> = Vec::new();
         for (file, text) in sources {
             match compile_catalog(file, text) {
                 Ok(c) => {
                     let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
                     match catalogs.iter().position(|old| old.name == c.name) {
+                        Some(i) if !origins[i].1 => {
+                            errors.push(duplicate_name(file, text, &c.name, origins[i].0));
+                        }
                         Some(i) => {
                             hashed[i] = (c.name.to_string(), digest);
                             catalogs[i] = c;
+                            origins[i] = (file, is_embedded(file, text));
                         }
                         None => {
                             hashed.push((c.name.to_string(), digest));
                             catalogs.push(c);
+                            origins.push((file, is_embedded(file, text)));
                         }
                     }
                 }
@@ -125,6 +132,24 @@ impl Policy {
     /// Content hash of the catalogs, e.g. `sha256:1f2e3d4c5b6a7980`.
     pub fn version(&self) -> &str {
         &self.version
+    }
+}
+
+/// Whether `(file, text)` is an embedded catalog (an operator's file that
+/// only shares a path such as `policies/vibecode.toml` with one is not).
+fn is_embedded(file: &str, text: &str) -> bool {
+    EMBEDDED.iter().any(|(f, t)| *f == file && *t == text)
+}
+
+/// The error for a second file declaring catalog `name`, first declared in
+/// `first`: an operator's file may replace an embedded catalog, but two of
+/// them with one name would leave the choice to the order of file names.
+pub fn duplicate_name(file: &str, text: &str, name: &str, first: &str) -> CatalogError {
+    CatalogError {
+        file: file.to_owned(),
+        line: line_of_key(text, "name"),
+        key: "name".to_owned(),
+        message: format!("catalog {name:?} is already declared in {first}; one file per catalog name"),
     }
 }
 

@@ -21,6 +21,9 @@ pub enum Warning {
     UpstreamLessSafeIgnored = 1 << 5,
     /// `attempt` was 0 and was read as 1.
     AttemptZeroReadAsOne = 1 << 6,
+    /// The code is unknown, but matches a catalog code in another case
+    /// (codes are case-sensitive; the unknown-code rule decided).
+    CodeCaseMismatch = 1 << 7,
     /// A delay or hold was longer than the catalog's `max_delay_ms` and was cut to it.
     DelayCapped = 1 << 8,
     /// The rule places a dependency or method hold but the failure names no `dependency`.
@@ -35,7 +38,7 @@ pub enum Warning {
 
 impl Warning {
     /// Every warning, in bit order.
-    pub const ALL: [Warning; 12] = [
+    pub const ALL: [Warning; 13] = [
         Warning::RetryAfterUnparseable,
         Warning::LocaleUnsupported,
         Warning::ReadBackIgnoredForRead,
@@ -43,6 +46,7 @@ impl Warning {
         Warning::IdempotencyKeyNotEnforced,
         Warning::UpstreamLessSafeIgnored,
         Warning::AttemptZeroReadAsOne,
+        Warning::CodeCaseMismatch,
         Warning::DelayCapped,
         Warning::HoldNeedsDependency,
         Warning::HoldNeedsTenant,
@@ -68,6 +72,9 @@ impl Warning {
                 "upstream_less_safe_ignored: the dependency's retry advice was less conservative than the catalog; the safer answer was kept"
             }
             Warning::AttemptZeroReadAsOne => "attempt_zero: attempt 0 was read as the first attempt",
+            Warning::CodeCaseMismatch => {
+                "code_case_mismatch: the code matches a catalog code only in another case; codes are case-sensitive, so the unknown-code rule decided"
+            }
             Warning::DelayCapped => {
                 "delay_capped: the delay was longer than the catalog's max_delay_ms and was cut to it (the fleet's hold too)"
             }
@@ -87,34 +94,79 @@ impl Warning {
     }
 }
 
-/// A set of [`Warning`]s.
+/// A set of [`Warning`]s, with the catalog code a [`Warning::CodeCaseMismatch`]
+/// points to (borrowed from the catalog: no allocation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Warnings(u16);
+pub struct Warnings<'a> {
+    bits: u16,
+    case_match: Option<&'a str>,
+}
 
-impl Warnings {
+impl<'a> Warnings<'a> {
     /// Adds one.
     pub fn add(&mut self, w: Warning) {
-        self.0 |= w as u16;
+        self.bits |= w as u16;
+    }
+
+    /// Adds [`Warning::CodeCaseMismatch`] for the catalog code `code`.
+    pub fn add_code_case_mismatch(&mut self, code: &'a str) {
+        self.add(Warning::CodeCaseMismatch);
+        self.case_match = Some(code);
+    }
+
+    /// The catalog code a [`Warning::CodeCaseMismatch`] points to.
+    pub fn case_match(self) -> Option<&'a str> {
+        self.case_match
     }
 
     /// Whether `w` is in the set.
     pub fn contains(self, w: Warning) -> bool {
-        self.0 & (w as u16) != 0
+        self.bits & (w as u16) != 0
     }
 
     /// No warnings.
     pub fn is_empty(self) -> bool {
-        self.0 == 0
+        self.bits == 0
     }
 
     /// The warnings in bit order.
-    pub fn iter(self) -> impl Iterator<Item = Warning> {
-        Warning::ALL.into_iter().filter(move |w| self.contains(*w))
+    pub fn iter(self) -> impl Iterator<Item = Warning> + use<'a> {
+        let bits = self.bits;
+        Warning::ALL.into_iter().filter(move |w| bits & (*w as u16) != 0)
+    }
+
+    /// The warnings' texts, in bit order.
+    pub fn texts(self) -> impl Iterator<Item = WarningText<'a>> {
+        self.iter().map(move |warning| WarningText {
+            warning,
+            case_match: self.case_match,
+        })
     }
 }
 
-impl Serialize for Warnings {
+/// The text of one warning: [`Warning::message`], except that
+/// `code_case_mismatch` names the catalog code (`code_case_mismatch: did you
+/// mean BITRIX_TIMEOUT? …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarningText<'a> {
+    warning: Warning,
+    case_match: Option<&'a str>,
+}
+
+impl std::fmt::Display for WarningText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.warning, self.case_match) {
+            (Warning::CodeCaseMismatch, Some(code)) => write!(
+                f,
+                "code_case_mismatch: did you mean {code}? codes are case-sensitive, so the unknown-code rule decided"
+            ),
+            (w, _) => f.write_str(w.message()),
+        }
+    }
+}
+
+impl Serialize for Warnings<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter().map(Warning::message))
+        s.collect_seq(self.texts().map(|t| t.to_string()))
     }
 }

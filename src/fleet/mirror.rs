@@ -187,13 +187,24 @@ impl Mirror {
     pub fn get(&self, id: &str, now: UnixMillis) -> Option<Hold> {
         let state = self.read();
         let key = state.by_id.get(id)?;
-        state.by_key.get(key)?.iter().find(|h| h.id == id && h.active(now)).cloned()
+        state
+            .by_key
+            .get(key)?
+            .iter()
+            .find(|h| h.id == id && h.active(now))
+            .cloned()
     }
 
     /// Every active hold, ending soonest first.
     pub fn snapshot(&self, now: UnixMillis) -> Vec<Hold> {
         let state = self.read();
-        let mut all: Vec<Hold> = state.by_key.values().flatten().filter(|h| h.active(now)).cloned().collect();
+        let mut all: Vec<Hold> = state
+            .by_key
+            .values()
+            .flatten()
+            .filter(|h| h.active(now))
+            .cloned()
+            .collect();
         all.sort_by(|a, b| a.until.cmp(&b.until).then_with(|| a.id.cmp(&b.id)));
         all
     }
@@ -299,7 +310,10 @@ impl Mirror {
             Some(h) if h.active(now) => HoldEventKind::Extended,
             _ => HoldEventKind::Placed,
         };
-        if state.len() >= self.max_holds && state.get(&key, hold.kind).is_none() && !self.evict_for(&mut state, hold.key.scope, now) {
+        if state.len() >= self.max_holds
+            && state.get(&key, hold.kind).is_none()
+            && !self.evict_for(&mut state, hold.key.scope, now)
+        {
             return;
         }
         state.insert(key, hold.clone());
@@ -326,7 +340,13 @@ impl Mirror {
         }
         let expired: Vec<String> = {
             let state = self.read();
-            state.by_key.values().flatten().filter(|h| !h.active(now)).map(|h| h.id.clone()).collect()
+            state
+                .by_key
+                .values()
+                .flatten()
+                .filter(|h| !h.active(now))
+                .map(|h| h.id.clone())
+                .collect()
         };
         expired.iter().filter(|id| self.lift(id).is_some()).count()
     }

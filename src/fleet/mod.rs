@@ -158,7 +158,14 @@ impl Fleet {
     }
 
     /// The hold in force on a call's scopes that ends last.
-    pub fn in_force(&self, catalog: &str, dependency: &str, tenant: &str, method: &str, now: UnixMillis) -> Option<Hold> {
+    pub fn in_force(
+        &self,
+        catalog: &str,
+        dependency: &str,
+        tenant: &str,
+        method: &str,
+        now: UnixMillis,
+    ) -> Option<Hold> {
         if self.mirror.is_empty() {
             return None;
         }

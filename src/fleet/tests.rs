@@ -32,21 +32,43 @@ fn fleet(per_sec: f64, dependency_per_sec: f64) -> Arc<Fleet> {
 fn a_caller_over_its_rate_places_nothing_but_confirming_a_hold_costs_nothing() {
     let f = fleet(100.0, 1.0);
     // A burst of two dependency-wide holds, then refused.
-    assert!(matches!(f.place(&plan(HoldScope::Dependency, "p1"), "10.0.0.1", NOW), PlaceOutcome::Held(_)));
-    assert!(matches!(f.place(&plan(HoldScope::Dependency, "p2"), "10.0.0.1", NOW), PlaceOutcome::Held(_)));
-    assert_eq!(f.place(&plan(HoldScope::Dependency, "p3"), "10.0.0.1", NOW), PlaceOutcome::RateLimited);
+    assert!(matches!(
+        f.place(&plan(HoldScope::Dependency, "p1"), "10.0.0.1", NOW),
+        PlaceOutcome::Held(_)
+    ));
+    assert!(matches!(
+        f.place(&plan(HoldScope::Dependency, "p2"), "10.0.0.1", NOW),
+        PlaceOutcome::Held(_)
+    ));
+    assert_eq!(
+        f.place(&plan(HoldScope::Dependency, "p3"), "10.0.0.1", NOW),
+        PlaceOutcome::RateLimited
+    );
     assert!(f.in_force("vibecode", "p3", "", "", NOW).is_none(), "nothing placed");
     // The same failure again only confirms a hold in force: no token spent.
-    assert!(matches!(f.place(&plan(HoldScope::Dependency, "p1"), "10.0.0.1", NOW), PlaceOutcome::Held(_)));
+    assert!(matches!(
+        f.place(&plan(HoldScope::Dependency, "p1"), "10.0.0.1", NOW),
+        PlaceOutcome::Held(_)
+    ));
     // Another caller, and tenant holds, are unaffected.
-    assert!(matches!(f.place(&plan(HoldScope::Dependency, "p3"), "10.0.0.2", NOW), PlaceOutcome::Held(_)));
-    assert!(matches!(f.place(&plan(HoldScope::Tenant, "p4"), "10.0.0.1", NOW), PlaceOutcome::Held(_)));
+    assert!(matches!(
+        f.place(&plan(HoldScope::Dependency, "p3"), "10.0.0.2", NOW),
+        PlaceOutcome::Held(_)
+    ));
+    assert!(matches!(
+        f.place(&plan(HoldScope::Tenant, "p4"), "10.0.0.1", NOW),
+        PlaceOutcome::Held(_)
+    ));
 }
 
 #[test]
 fn tenants_are_hashed_with_the_fleets_key() {
     let (a, b) = (fleet(1.0, 1.0), fleet(1.0, 1.0));
-    assert_eq!(a.hash_tenant("acme"), b.hash_tenant("acme"), "same key, same hash on every replica");
+    assert_eq!(
+        a.hash_tenant("acme"),
+        b.hash_tenant("acme"),
+        "same key, same hash on every replica"
+    );
     assert_ne!(a.hash_tenant("acme"), a.hash_tenant("globex"));
     assert!(a.hash_tenant("acme").starts_with("h:") && a.hash_tenant("acme").len() == 18);
     assert_eq!(a.hash_tenant(""), "");

@@ -1,11 +1,15 @@
 //! ListCatalogs: the policy in force as data (what `retryd policy matrix`
 //! prints, with every rule's details).
 
-use super::convert::{scope_to_proto, side_effect_to_proto, target_reached_to_proto, verdict_to_proto};
+use super::convert::{
+    hold_kind_to_proto, hold_scope_to_proto, scope_to_proto, side_effect_to_proto, target_reached_to_proto,
+    verdict_to_proto,
+};
 use super::pb;
 use crate::core::Locale;
 use crate::core::Policy;
 use crate::core::catalog::{Catalog, CodeEntry, Rule};
+use crate::core::hold::HoldKind;
 
 /// Lists every catalog of `policy` with texts in `locale` (a tag such as
 /// `ru-RU`; unknown tags, and catalogs without that language, give English).
@@ -45,6 +49,8 @@ fn catalog_to_proto(c: &Catalog, wanted: Locale) -> pb::Catalog {
             .to_owned(),
         read_words: c.read_words().iter().map(ToString::to_string).collect(),
         write_words: c.write_words().iter().map(ToString::to_string).collect(),
+        max_delay_ms: c.max_delay_ms,
+        quota_reset: c.quota.as_ref().map(|q| q.describe()).unwrap_or_default(),
     }
 }
 
@@ -64,6 +70,7 @@ fn code_to_proto(e: &CodeEntry, locale: Locale) -> pb::CatalogCode {
         write: Some(rule_to_proto(&e.write, locale)),
         retried_write: e.retried_write.as_ref().map(|r| rule_to_proto(r, locale)),
         write_with_retry_after: e.write_with_retry_after.as_ref().map(|r| rule_to_proto(r, locale)),
+        max_delay_ms: e.max_delay_ms,
     }
 }
 
@@ -77,6 +84,13 @@ fn rule_to_proto(r: &Rule, locale: Locale) -> pb::CatalogRule {
         scope: scope_to_proto(r.scope) as i32,
         reconcile_before_retry: r.reconcile_before_retry,
         reason: r.reason.get(locale).to_owned(),
+        hold_kind: r.hold.map_or(pb::HoldKind::Unspecified, |h| hold_kind_to_proto(h.kind)) as i32,
+        hold_scope: r.hold.map_or(pb::Scope::Unspecified, |h| hold_scope_to_proto(h.scope)) as i32,
+        hold_ms: r.hold.and_then(|h| h.hold_ms).unwrap_or_default(),
+        probe_every_ms: r
+            .hold
+            .filter(|h| h.kind == HoldKind::CircuitOpen)
+            .map_or(0, |h| h.probe_every_ms),
     }
 }
 
@@ -92,6 +106,30 @@ mod tests {
         assert_eq!(resp.default_catalog, "vibecode");
         let names: Vec<&str> = resp.catalogs.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["vibecode", "asc", "frontspin", "grpc", "http"]);
+        let frontspin = &resp.catalogs[2];
+        assert_eq!(frontspin.quota_reset, "daily at 00:00 UTC");
+        assert_eq!(frontspin.max_delay_ms, 25 * 3_600_000);
+        let rate = frontspin
+            .codes
+            .iter()
+            .find(|c| c.code == "RATE_LIMITED")
+            .expect("RATE_LIMITED");
+        let write = rate.write.as_ref().expect("write");
+        assert_eq!(
+            (write.hold_kind(), write.hold_scope()),
+            (pb::HoldKind::QuotaStop, pb::Scope::Tenant)
+        );
+        let vibecode = &resp.catalogs[0];
+        let lp = vibecode
+            .codes
+            .iter()
+            .find(|c| c.code == "ERROR_LOOP_DETECTED")
+            .expect("loop");
+        let read = lp.read.as_ref().expect("read");
+        assert_eq!(
+            (read.hold_kind(), read.probe_every_ms),
+            (pb::HoldKind::CircuitOpen, 30_000)
+        );
         let asc = &resp.catalogs[1];
         let unknown_state = asc
             .codes

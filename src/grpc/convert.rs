@@ -9,6 +9,7 @@
 //! know maps to the "not given" value rather than failing the call.
 
 use prost_types::Timestamp;
+use std::fmt::Write as _;
 
 use super::pb;
 use crate::core::hold::{Hold, HoldKind, HoldScope};
@@ -113,10 +114,13 @@ pub fn decision_into_proto(d: &Decision<'_>, out: &mut pb::Decision) {
     overwrite(request_id, d.request_id);
     overwrite(terminal_state, d.terminal_state.map(|t| t.as_str()).unwrap_or_default());
     let mut n = 0;
-    for w in d.warnings.iter() {
+    for w in d.warnings.texts() {
         match warnings.get_mut(n) {
-            Some(slot) => overwrite(slot, w.message()),
-            None => warnings.push(w.message().to_owned()),
+            Some(slot) => {
+                slot.clear();
+                let _ = write!(slot, "{w}");
+            }
+            None => warnings.push(w.to_string()),
         }
         n += 1;
     }

@@ -5,9 +5,11 @@
 pub mod catalogs;
 pub mod codec;
 pub mod convert;
+pub mod holds;
 pub mod pool;
 pub mod service;
 
+pub use holds::Operators;
 pub use service::{PolicyHandle, RetryDecisionApi, ServiceConfig};
 
 /// Code generated from `proto/retryd/v1/retryd.proto` (messages, client, server).

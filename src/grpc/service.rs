@@ -15,12 +15,15 @@ use tonic_types::{ErrorDetails, StatusExt as _};
 use tracing::field::Empty;
 
 use super::catalogs::list_catalogs;
-use super::convert::{decision_into_proto, decision_to_proto, failure_from_proto};
+use super::convert::{decision_into_proto, decision_to_proto, failure_from_proto, hold_to_proto};
+use super::holds::{self, Operators};
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
 use super::pool;
+use crate::core::hold::Hold;
 use crate::core::limits::{self, FieldViolation};
-use crate::core::{DecideError, Decision, Policy, UnixMillis, Verdict, decide};
+use crate::core::{DecideError, Decision, Policy, UnixMillis, Verdict, Warning, decide, decide_held};
+use crate::fleet::{Fleet, PlaceOutcome};
 
 /// Counter of decisions, labelled `catalog` (a loaded catalog's name) and
 /// `verdict` (the fixed set of [`Verdict::as_str`]).
@@ -54,6 +57,9 @@ pub struct RetryDecisionApi {
     policy: PolicyHandle,
     config: ServiceConfig,
     counters: Arc<ArcSwap<DecisionCounters>>,
+    fleet: Option<Arc<Fleet>>,
+    operators: Arc<Operators>,
+    draining: tokio::sync::watch::Receiver<bool>,
 }
 
 impl RetryDecisionApi {
@@ -63,7 +69,31 @@ impl RetryDecisionApi {
             policy,
             config,
             counters: Arc::new(ArcSwap::from_pointee(DecisionCounters::default())),
+            fleet: None,
+            operators: Arc::new(Operators::default()),
+            draining: tokio::sync::watch::channel(false).1,
         }
+    }
+
+    /// Decides with fleet memory: holds placed by decisions, Admit and the
+    /// hold RPCs; `operators` may release holds and see tenants in clear;
+    /// `draining` turning true ends WatchHolds streams.
+    pub fn with_fleet(
+        mut self,
+        fleet: Arc<Fleet>,
+        operators: Operators,
+        draining: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
+        self.fleet = Some(fleet);
+        self.operators = Arc::new(operators);
+        self.draining = draining;
+        self
+    }
+
+    fn fleet(&self) -> Result<&Arc<Fleet>, Status> {
+        self.fleet
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("this server runs without fleet state"))
     }
 
     /// The `retryd_decisions_total` handles of `policy`'s catalogs, rebuilt
@@ -81,15 +111,26 @@ impl RetryDecisionApi {
 
     /// Decides one request as of `now` (the synchronous body of Classify).
     pub fn classify_at(&self, req: &pb::ClassifyRequest, now: UnixMillis) -> Result<pb::ClassifyResponse, Status> {
+        self.classify_for(req, now, "local")
+    }
+
+    /// Decides one request of `caller` (who places any hold) as of `now`.
+    pub fn classify_for(
+        &self,
+        req: &pb::ClassifyRequest,
+        now: UnixMillis,
+        caller: &str,
+    ) -> Result<pb::ClassifyResponse, Status> {
         // One span per call at debug level: under the default `info` filter it
         // is disabled, and a disabled span costs a cached callsite check
         // instead of a registry slot and three field records per call.
         let span = tracing::debug_span!("Classify", catalog = Empty, code = Empty, verdict = Empty);
         let _entered = span.enter();
         let policy = self.policy.load();
-        let decided = classify_one(&policy, req, now);
+        let fleet = FleetCtx::new(self.fleet.as_deref(), caller);
+        let decided = classify_one(&policy, req, now, &fleet);
         match &decided {
-            Ok(d) => {
+            Ok((d, _)) => {
                 if !span.is_disabled() {
                     span.record("catalog", d.catalog);
                     span.record("code", d.code);
@@ -101,8 +142,12 @@ impl RetryDecisionApi {
             Err(v) => tracing::debug!(field = %v.field, "invalid argument"),
         }
         decided
-            .map(|d| pb::ClassifyResponse {
-                decision: Some(decision_to_proto(&d)),
+            .map(|(d, hold)| {
+                let mut decision = decision_to_proto(&d);
+                decision.hold = hold.map(|h| hold_to_proto(&h, h.key.tenant()));
+                pb::ClassifyResponse {
+                    decision: Some(decision),
+                }
             })
             .map_err(|v| v.into_status())
     }
@@ -112,6 +157,16 @@ impl RetryDecisionApi {
         &self,
         req: &pb::ClassifyBatchRequest,
         now: UnixMillis,
+    ) -> Result<pb::ClassifyBatchResponse, Status> {
+        self.classify_batch_for(req, now, "local")
+    }
+
+    /// Decides a batch of `caller` (who places any hold) as of `now`.
+    pub fn classify_batch_for(
+        &self,
+        req: &pb::ClassifyBatchRequest,
+        now: UnixMillis,
+        caller: &str,
     ) -> Result<pb::ClassifyBatchResponse, Status> {
         let span = tracing::info_span!("ClassifyBatch", items = req.failures.len(), errors = Empty);
         let _entered = span.enter();
@@ -131,6 +186,7 @@ impl RetryDecisionApi {
         check_locale(&req.locale).map_err(Violation::into_status)?;
 
         let policy = self.policy.load();
+        let fleet = FleetCtx::new(self.fleet.as_deref(), caller);
         let mut summary = pb::BatchSummary::default();
         let mut tally = Tally::default();
         // Slots of an earlier response: each is overwritten whole.
@@ -143,14 +199,23 @@ impl RetryDecisionApi {
             }
             let slot = &mut results[i];
             slot.index = u32::try_from(i).unwrap_or(u32::MAX);
-            match decide_failure(&policy, failure, &req.locale, now, |f| format!("failures[{i}].{f}")) {
-                Ok(d) => {
+            match decide_failure(&policy, failure, &req.locale, now, &fleet, |f| {
+                format!("failures[{i}].{f}")
+            }) {
+                Ok((d, hold)) => {
                     count(&mut summary, d.verdict);
                     tally.add(d.catalog, d.verdict);
-                    match &mut slot.outcome {
-                        Some(pb::batch_result::Outcome::Decision(reused)) => decision_into_proto(&d, reused),
-                        other => *other = Some(pb::batch_result::Outcome::Decision(decision_to_proto(&d))),
-                    }
+                    let out = match &mut slot.outcome {
+                        Some(pb::batch_result::Outcome::Decision(reused)) => {
+                            decision_into_proto(&d, reused);
+                            reused
+                        }
+                        other => match other.insert(pb::batch_result::Outcome::Decision(decision_to_proto(&d))) {
+                            pb::batch_result::Outcome::Decision(fresh) => fresh,
+                            pb::batch_result::Outcome::Error(_) => unreachable_decision(),
+                        },
+                    };
+                    out.hold = hold.map(|h| hold_to_proto(&h, h.key.tenant()));
                 }
                 Err(v) => {
                     summary.errors += 1;
@@ -197,38 +262,59 @@ impl RetryDecisionService for RetryDecisionApi {
         self.list_catalogs_now(request.get_ref()).map(Response::new)
     }
 
-    type WatchHoldsStream =
-        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::WatchHoldsResponse, Status>> + Send + 'static>>;
+    type WatchHoldsStream = holds::WatchStream;
 
-    async fn admit(&self, _request: Request<pb::AdmitRequest>) -> Result<Response<pb::AdmitResponse>, Status> {
-        Err(Status::unimplemented("wip"))
+    async fn admit(&self, request: Request<pb::AdmitRequest>) -> Result<Response<pb::AdmitResponse>, Status> {
+        let fleet = self.fleet()?;
+        let policy = self.policy.load();
+        holds::admit(fleet, &policy, request.get_ref()).await.map(Response::new)
     }
 
     async fn report_outcomes(
         &self,
-        _request: Request<pb::ReportOutcomesRequest>,
+        request: Request<pb::ReportOutcomesRequest>,
     ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
-        Err(Status::unimplemented("wip"))
+        let fleet = self.fleet()?;
+        let policy = self.policy.load();
+        holds::report_outcomes(fleet, &policy, request.get_ref()).map(Response::new)
     }
 
-    async fn list_holds(&self, _request: Request<pb::ListHoldsRequest>) -> Result<Response<pb::ListHoldsResponse>, Status> {
-        Err(Status::unimplemented("wip"))
+    async fn list_holds(
+        &self,
+        request: Request<pb::ListHoldsRequest>,
+    ) -> Result<Response<pb::ListHoldsResponse>, Status> {
+        let fleet = self.fleet()?;
+        let operator = self.operators.allows(&request);
+        holds::list_holds(fleet, request.get_ref(), operator).map(Response::new)
     }
 
     async fn release_hold(
         &self,
-        _request: Request<pb::ReleaseHoldRequest>,
+        request: Request<pb::ReleaseHoldRequest>,
     ) -> Result<Response<pb::ReleaseHoldResponse>, Status> {
-        Err(Status::unimplemented("wip"))
+        let fleet = self.fleet()?;
+        if !self.operators.allows(&request) {
+            return Err(Status::permission_denied(
+                "ReleaseHold is for operators: a bearer token (--operator-token-file) or a client certificate in --operator-identities",
+            ));
+        }
+        holds::release_hold(fleet, request.get_ref()).map(Response::new)
     }
 
-    async fn watch_holds(&self, _request: Request<pb::WatchHoldsRequest>) -> Result<Response<Self::WatchHoldsStream>, Status> {
-        Err(Status::unimplemented("wip"))
+    async fn watch_holds(
+        &self,
+        request: Request<pb::WatchHoldsRequest>,
+    ) -> Result<Response<Self::WatchHoldsStream>, Status> {
+        let fleet = Arc::clone(self.fleet()?);
+        let operator = self.operators.allows(&request);
+        holds::watch_holds(fleet, request.into_inner(), operator, self.draining.clone()).map(Response::new)
     }
 
     async fn classify(&self, request: Request<pb::ClassifyRequest>) -> Result<Response<pb::ClassifyResponse>, Status> {
         let now = UnixMillis::now();
-        self.classify_at(request.get_ref(), now).map(Response::new)
+        let caller = self.fleet.as_ref().map(|_| holds::caller_of(&request));
+        self.classify_for(request.get_ref(), now, caller.as_deref().unwrap_or("local"))
+            .map(Response::new)
     }
 
     async fn classify_batch(
@@ -236,18 +322,22 @@ impl RetryDecisionService for RetryDecisionApi {
         request: Request<pb::ClassifyBatchRequest>,
     ) -> Result<Response<pb::ClassifyBatchResponse>, Status> {
         let now = UnixMillis::now();
+        let caller = self
+            .fleet
+            .as_ref()
+            .map_or_else(|| "local".to_owned(), |_| holds::caller_of(&request));
         let req = request.into_inner();
         // Decided, the request's failures are given back for the next request
         // to decode into (see `pool`).
         if req.failures.len() <= BLOCKING_BATCH {
-            let decided = self.classify_batch_at(&req, now);
+            let decided = self.classify_batch_for(&req, now, &caller);
             pool::recycle_request(req);
             return decided.map(Response::new);
         }
         let this = self.clone();
         let span = tracing::Span::current();
         let decide = move || {
-            let decided = span.in_scope(|| this.classify_batch_at(&req, now));
+            let decided = span.in_scope(|| this.classify_batch_for(&req, now, &caller));
             pool::recycle_request(req);
             decided
         };
@@ -318,12 +408,30 @@ fn classify_one<'a>(
     policy: &'a Policy,
     req: &'a pb::ClassifyRequest,
     now: UnixMillis,
-) -> Result<Decision<'a>, Violation> {
+    fleet: &FleetCtx<'_>,
+) -> Result<(Decision<'a>, Option<Hold>), Violation> {
     check_locale(&req.locale)?;
     let Some(failure) = &req.failure else {
         return Err(Violation::new("failure".to_owned(), "is required".to_owned()));
     };
-    decide_failure(policy, failure, &req.locale, now, |f| format!("failure.{f}"))
+    decide_failure(policy, failure, &req.locale, now, fleet, |f| format!("failure.{f}"))
+}
+
+/// The fleet memory a call decides with, and who is calling.
+struct FleetCtx<'f> {
+    fleet: Option<&'f Fleet>,
+    caller: &'f str,
+}
+
+impl<'f> FleetCtx<'f> {
+    fn new(fleet: Option<&'f Fleet>, caller: &'f str) -> Self {
+        FleetCtx { fleet, caller }
+    }
+}
+
+fn unreachable_decision() -> &'static mut pb::Decision {
+    // `Option::insert` just stored a Decision; kept total without a panic.
+    Box::leak(Box::default())
 }
 
 /// Checks and decides one failure; `name` turns a field of the failure into
@@ -333,13 +441,36 @@ fn decide_failure<'a>(
     failure: &'a pb::Failure,
     locale: &'a str,
     now: UnixMillis,
+    ctx: &FleetCtx<'_>,
     name: impl Fn(&str) -> String,
-) -> Result<Decision<'a>, Violation> {
+) -> Result<(Decision<'a>, Option<Hold>), Violation> {
     let f = failure_from_proto(failure, locale);
     limits::check(&f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))?;
-    decide(policy, &f, now).map_err(|e| match e {
+    let unknown_catalog = |e: DecideError| match e {
         DecideError::UnknownCatalog { .. } => Violation::new(name("catalog"), e.to_string()),
-    })
+    };
+    let d = decide(policy, &f, now).map_err(unknown_catalog)?;
+    let Some(fleet) = ctx.fleet else {
+        return Ok((d, None));
+    };
+    if !f.probe_token.is_empty() {
+        // A probe that failed: the circuit stays open until its next slot.
+        fleet.report_probe(f.probe_token, false, now);
+    }
+    let rate_limited = d
+        .hold_plan
+        .is_some_and(|plan| fleet.place(&plan, ctx.caller, now) == PlaceOutcome::RateLimited);
+    let hold = fleet.in_force(d.catalog, f.dependency, f.tenant, f.method, now);
+    let mut d = match &hold {
+        Some(h) if d.retry.retryable => {
+            decide_held(policy, &f, now, Some(Fleet::retry_floor(h, now))).map_err(unknown_catalog)?
+        }
+        _ => d,
+    };
+    if rate_limited {
+        d.warnings.add(Warning::HoldRateLimited);
+    }
+    Ok((d, hold))
 }
 
 fn count(summary: &mut pb::BatchSummary, verdict: Verdict) {

@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// reload only on SIGHUP).
     #[arg(long, env = "RETRYD_POLICY_WATCH", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub policy_watch: bool,
+    /// Largest catalog file read, in bytes; a larger one (or one that is not
+    /// a regular file) is an error of its path, and a reload is refused.
+    #[arg(long, env = "RETRYD_MAX_POLICY_BYTES", default_value_t = crate::load::DEFAULT_MAX_POLICY_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_policy_bytes: u64,
     /// Catalog used when a failure names none.
     #[arg(long, env = "RETRYD_DEFAULT_CATALOG", default_value = crate::core::policy::DEFAULT_CATALOG)]
     pub default_catalog: String,
@@ -62,6 +66,9 @@ pub struct ServeArgs {
     /// Needs `--tls-cert`.
     #[arg(long, env = "RETRYD_TLS_CLIENT_CA", value_name = "PEM", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Fleet memory: where holds live and who manages them.
+    #[command(flatten)]
+    pub fleet: super::fleet::FleetArgs,
 }
 
 /// Default of `--max-concurrent-calls`: far above what two cores answer

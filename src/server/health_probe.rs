@@ -120,12 +120,19 @@ pub async fn probe(args: &HealthArgs) -> u8 {
 }
 
 /// An error and its sources (a TLS handshake failure is a few levels down).
+/// A level whose text its wrapper already ends with ("tcp connect error:
+/// tcp connect error: …") is said once.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
+    let mut previous = out.clone();
     let mut source = e.source();
     while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
+        let text = s.to_string();
+        if text != previous && !previous.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        previous = text;
         source = s.source();
     }
     out
@@ -133,7 +140,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// `host:port` or a URL; a bare address is taken as `http://`, or as
 /// `https://` with TLS (and `http://` is upgraded with TLS).
-fn endpoint(addr: &str, timeout: Duration, tls: bool) -> Result<Endpoint, String> {
+pub(crate) fn endpoint(addr: &str, timeout: Duration, tls: bool) -> Result<Endpoint, String> {
     let scheme = if tls { "https" } else { "http" };
     let uri = match addr.split_once("://") {
         Some(("http", rest)) => format!("{scheme}://{rest}"),

@@ -16,6 +16,7 @@
 //! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
 
 pub mod config;
+pub mod fleet;
 pub mod health_probe;
 pub mod logging;
 pub mod message_limit;
@@ -55,6 +56,7 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     let source = reload::PolicySource {
         paths: args.policy_paths(),
         default_catalog: args.default_catalog.clone(),
+        max_file_bytes: args.max_policy_bytes,
     };
     let policy = match source.load() {
         Ok(p) => p,
@@ -71,12 +73,17 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        // the PID, so SIGHUP (reload) can be sent to this server only
+        pid = std::process::id(),
         policy_version = policy.version(),
         catalogs = %policy.catalog_names(),
         default_catalog = %args.default_catalog,
         policy_paths = ?source.paths,
         "policy loaded"
     );
+    for dir in crate::load::empty_dirs(&source.paths) {
+        tracing::warn!(dir = %dir.display(), "--policy directory holds no .toml file; only the embedded catalogs and other paths are served");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -102,7 +109,17 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         // handled before the server listens.
         metrics::install();
         let _reload = reload::start(reload::Reloader::new(source, Arc::clone(&handle)), args.policy_watch);
-        run(config, handle, shutdown::signal()).await
+        let (fleet, operators) = match fleet::build(&args.fleet) {
+            Ok(built) => built,
+            Err(e) => return Err(ServerError::Config(e)),
+        };
+        tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
+        fleet.spawn_upkeep(Duration::from_millis(500));
+        BoundServer::bind(config, handle)
+            .await?
+            .with_fleet(fleet, operators)
+            .serve(shutdown::signal())
+            .await
     });
     // Calls abandoned after the grace period must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));

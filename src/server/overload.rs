@@ -25,6 +25,8 @@ pub const SHED_TOTAL: &str = "retryd_calls_shed_total";
 
 /// Paths that are never shed.
 const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
+/// WatchHolds is a long-lived stream, like health Watch: it takes no slot.
+const WATCH_HOLDS: &str = "/retryd.v1.RetryDecisionService/WatchHolds";
 
 /// Layer applying [`Shed`]; `None` limit: every call passes.
 #[derive(Debug, Clone)]
@@ -80,7 +82,7 @@ where
         let Some(permits) = &self.permits else {
             return ShedFuture::admitted(self.inner.call(req), None);
         };
-        if req.uri().path().starts_with(EXEMPT_PREFIX) {
+        if req.uri().path().starts_with(EXEMPT_PREFIX) || req.uri().path() == WATCH_HOLDS {
             return ShedFuture::admitted(self.inner.call(req), None);
         }
         match Arc::clone(permits).try_acquire_owned() {

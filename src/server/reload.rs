@@ -12,7 +12,8 @@
 //! one `ArcSwap::store`, so each call is decided wholly by the old or wholly
 //! by the new policy. A policy that fails to load is refused: the old one
 //! keeps serving, every error is logged with its file and line, and health
-//! stays SERVING.
+//! stays SERVING. Every reload ends in one `policy reload: applied …`,
+//! `… unchanged …` or `… refused …` line at info.
 //!
 //! Metrics:
 //! - `retryd_policy_reload_total{result}`: reload attempts, `result` one of
@@ -27,13 +28,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
-use crate::core::{Policy, PolicyError};
+use crate::core::Policy;
 use crate::grpc::PolicyHandle;
 use crate::load::{self, LoadError};
 
@@ -57,12 +59,14 @@ pub struct PolicySource {
     pub paths: Vec<PathBuf>,
     /// `--default-catalog`.
     pub default_catalog: String,
+    /// `--max-policy-bytes`: the largest catalog file read.
+    pub max_file_bytes: u64,
 }
 
 impl PolicySource {
     /// Loads and validates the policy (reads files: call off async workers).
     pub fn load(&self) -> Result<Policy, LoadError> {
-        load::load_policy(&self.paths, &self.default_catalog)
+        load::load_policy_limited(&self.paths, &self.default_catalog, self.max_file_bytes)
     }
 
     /// The directories to watch: each directory path itself, and the parent
@@ -90,10 +94,7 @@ impl PolicySource {
 /// Every error of a failed load as its own line (`file:line: key: message`
 /// for catalog errors).
 pub fn error_lines(e: &LoadError) -> Vec<String> {
-    match e {
-        LoadError::Policy(PolicyError::Invalid(errors)) => errors.iter().map(ToString::to_string).collect(),
-        other => vec![other.to_string()],
-    }
+    e.lines()
 }
 
 /// What started a reload.
@@ -136,6 +137,8 @@ pub enum ReloadOutcome {
 pub struct Reloader {
     source: Arc<PolicySource>,
     handle: PolicyHandle,
+    /// The latest reload was refused (so an unchanged one is a recovery).
+    refused_last: Arc<AtomicBool>,
 }
 
 impl Reloader {
@@ -151,6 +154,7 @@ impl Reloader {
         Reloader {
             source: Arc::new(source),
             handle,
+            refused_last: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -210,10 +214,14 @@ impl Reloader {
         }
     }
 
+    /// Logs the outcome of one reload — one `policy reload: …` line at info
+    /// (`applied` with the new version, `unchanged`, or `refused`, after an
+    /// error line per problem) — and counts it.
     fn record(&self, trigger: Trigger, outcome: &ReloadOutcome) {
         let trigger = trigger.as_str();
         match outcome {
             ReloadOutcome::Swapped { from, to } => {
+                self.refused_last.store(false, Ordering::Relaxed);
                 metrics::counter!(RELOAD_TOTAL, "result" => "ok").increment(1);
                 metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(1.0);
                 metrics::gauge!(POLICY_INFO, "version" => from.clone()).set(0.0);
@@ -223,26 +231,39 @@ impl Reloader {
                     policy_version = %to,
                     previous_version = %from,
                     catalogs = %self.handle.load().catalog_names(),
-                    "policy reloaded"
+                    "policy reload: applied {to}"
                 );
             }
             ReloadOutcome::Unchanged(version) => {
                 metrics::counter!(RELOAD_TOTAL, "result" => "unchanged").increment(1);
                 metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(1.0);
-                tracing::debug!(trigger, policy_version = %version, "policy reload: unchanged");
+                if self.refused_last.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        trigger,
+                        policy_version = %version,
+                        "policy reload: unchanged; the files load again and are the version in force, {version}"
+                    );
+                } else {
+                    tracing::info!(
+                        trigger,
+                        policy_version = %version,
+                        "policy reload: unchanged; {version} stays in force"
+                    );
+                }
             }
             ReloadOutcome::Refused(errors) => {
+                self.refused_last.store(true, Ordering::Relaxed);
                 // Log before counting: whoever is alerted by the counter finds
                 // the file and line already in the log.
                 let serving = self.handle.load().version().to_owned();
                 for e in errors {
                     tracing::error!(trigger, policy_version = %serving, "policy reload refused: {e}");
                 }
-                tracing::warn!(
+                tracing::info!(
                     trigger,
                     policy_version = %serving,
                     errors = errors.len(),
-                    "policy reload refused; the previous policy keeps serving"
+                    "policy reload: refused; the previous policy, {serving}, keeps serving"
                 );
                 metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(0.0);
                 metrics::counter!(RELOAD_TOTAL, "result" => "error").increment(1);
@@ -423,6 +444,7 @@ mod tests {
         let source = PolicySource {
             paths: vec![dir.clone(), dir.join("a.toml"), PathBuf::from("b.toml")],
             default_catalog: "vibecode".into(),
+            max_file_bytes: load::DEFAULT_MAX_POLICY_BYTES,
         };
         assert_eq!(source.watch_dirs(), vec![dir.clone(), PathBuf::from(".")]);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -444,6 +466,7 @@ mod tests {
         let source = PolicySource {
             paths: vec![dir.clone()],
             default_catalog: "vibecode".into(),
+            max_file_bytes: load::DEFAULT_MAX_POLICY_BYTES,
         };
         let handle: PolicyHandle = Arc::new(ArcSwap::from_pointee(source.load().unwrap()));
         let reloader = Reloader::new(source, Arc::clone(&handle));
@@ -468,6 +491,57 @@ mod tests {
         assert_eq!(from, v1);
         assert_eq!(handle.load().version(), to);
         assert_eq!(handle.load().catalog("mine").unwrap().max_attempts, 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn an_unreadable_file_in_a_policy_directory_refuses_the_reload_and_keeps_the_catalog() {
+        let dir = temp_dir("special");
+        std::fs::write(dir.join("mine.toml"), catalog("mine", 3)).unwrap();
+        let source = PolicySource {
+            paths: vec![dir.clone()],
+            default_catalog: "vibecode".into(),
+            max_file_bytes: load::DEFAULT_MAX_POLICY_BYTES,
+        };
+        let handle: PolicyHandle = Arc::new(ArcSwap::from_pointee(source.load().unwrap()));
+        let reloader = Reloader::new(source, Arc::clone(&handle));
+        let v1 = handle.load().version().to_owned();
+
+        // The catalog's file swapped for a symlink to a device, then a FIFO:
+        // refused, naming the path; "mine" keeps serving.
+        std::fs::remove_file(dir.join("mine.toml")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("mine.toml")).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), reloader.reload(Trigger::FileChange))
+            .await
+            .expect("the reload blocked");
+        let ReloadOutcome::Refused(errors) = outcome else {
+            panic!("a device in place of a catalog must be refused, got {outcome:?}");
+        };
+        assert!(
+            errors.iter().any(|e| e.contains("mine.toml: not a regular file")),
+            "{errors:?}"
+        );
+        assert_eq!(handle.load().version(), v1);
+        assert!(handle.load().catalog("mine").is_some());
+
+        std::fs::remove_file(dir.join("mine.toml")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join("mine.toml"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let outcome = tokio::time::timeout(Duration::from_secs(10), reloader.reload(Trigger::Signal))
+            .await
+            .expect("the reload blocked on a FIFO");
+        assert!(matches!(outcome, ReloadOutcome::Refused(_)), "{outcome:?}");
+        assert!(handle.load().catalog("mine").is_some());
+
+        // Only a file that is really gone removes its catalog.
+        std::fs::remove_file(dir.join("mine.toml")).unwrap();
+        let outcome = reloader.reload(Trigger::FileChange).await;
+        assert!(matches!(outcome, ReloadOutcome::Swapped { .. }), "{outcome:?}");
+        assert!(handle.load().catalog("mine").is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

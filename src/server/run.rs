@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -15,8 +16,9 @@ use super::metrics::{self, GrpcMetricsLayer};
 use super::overload::{SHED_TOTAL, ShedLayer};
 use super::panic::CatchPanicLayer;
 use super::tls::{ServerTls, TlsError};
+use crate::fleet::Fleet;
 use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
-use crate::grpc::{PolicyHandle, RetryDecisionApi, SERVICE_NAME, ServiceConfig};
+use crate::grpc::{Operators, PolicyHandle, RetryDecisionApi, SERVICE_NAME, ServiceConfig};
 
 /// What the server needs beyond the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,13 +94,19 @@ pub enum ServerError {
     /// The TLS certificate or key was rejected.
     #[error("--tls-cert/--tls-key/--tls-client-ca: {0}")]
     TlsConfig(tonic::transport::Error),
+    /// A flag's value is unusable.
+    #[error("{0}")]
+    Config(String),
 }
 
 impl ServerError {
     /// Whether the error is the configuration's (exit 2) rather than the
     /// environment's (exit 1).
     pub fn is_config(&self) -> bool {
-        matches!(self, ServerError::Tls(_) | ServerError::TlsConfig(_))
+        matches!(
+            self,
+            ServerError::Tls(_) | ServerError::TlsConfig(_) | ServerError::Config(_)
+        )
     }
 }
 
@@ -111,9 +119,16 @@ pub struct BoundServer {
     metrics: Option<(TcpListener, SocketAddr)>,
     policy: PolicyHandle,
     config: ServerConfig,
+    fleet: Option<(Arc<Fleet>, Operators)>,
 }
 
 impl BoundServer {
+    /// Serves with fleet memory (holds, Admit and the hold RPCs).
+    pub fn with_fleet(mut self, fleet: Arc<Fleet>, operators: Operators) -> Self {
+        self.fleet = Some((fleet, operators));
+        self
+    }
+
     /// Binds the gRPC listener and, unless off, the metrics listener.
     /// The TLS files are read (and checked) first.
     pub async fn bind(config: ServerConfig, policy: PolicyHandle) -> Result<Self, ServerError> {
@@ -156,6 +171,7 @@ impl BoundServer {
             metrics,
             policy,
             config,
+            fleet: None,
         })
     }
 
@@ -181,6 +197,7 @@ impl BoundServer {
             metrics,
             policy,
             config,
+            fleet,
         } = self;
         let prometheus = metrics::install();
         let _metrics_upkeep = AbortOnDrop(tokio::spawn(metrics::upkeep(prometheus.clone())));
@@ -201,13 +218,18 @@ impl BoundServer {
             .register_encoded_file_descriptor_set(crate::grpc::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
-        let api = RetryDecisionServiceServer::new(RetryDecisionApi::new(
+        // Turns true when the drain begins: WatchHolds streams end with UNAVAILABLE.
+        let (draining_watch, draining_seen) = tokio::sync::watch::channel(false);
+        let mut api = RetryDecisionApi::new(
             policy,
             ServiceConfig {
                 max_batch: config.max_batch,
             },
-        ))
-        .max_decoding_message_size(config.max_message_bytes);
+        );
+        if let Some((fleet, operators)) = fleet {
+            api = api.with_fleet(fleet, operators, draining_seen);
+        }
+        let api = RetryDecisionServiceServer::new(api).max_decoding_message_size(config.max_message_bytes);
 
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {
@@ -221,6 +243,7 @@ impl BoundServer {
             // so watchers do not hold the drain open.
             reporter.clear_service_status("").await;
             reporter.clear_service_status(SERVICE_NAME).await;
+            draining_watch.send_replace(true);
             let _ = draining_tx.send(());
         };
 

@@ -31,6 +31,124 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// What happened to a hold.
+type HoldEventKind int32
+
+const (
+	// Never sent.
+	HoldEventKind_HOLD_EVENT_KIND_UNSPECIFIED HoldEventKind = 0
+	// Placed (and, at the start of a stream, in force).
+	HoldEventKind_HOLD_EVENT_KIND_PLACED HoldEventKind = 1
+	// Its end moved later.
+	HoldEventKind_HOLD_EVENT_KIND_EXTENDED HoldEventKind = 2
+	// Lifted: expired, released by an operator, or closed by a probe.
+	HoldEventKind_HOLD_EVENT_KIND_LIFTED HoldEventKind = 3
+)
+
+// Enum value maps for HoldEventKind.
+var (
+	HoldEventKind_name = map[int32]string{
+		0: "HOLD_EVENT_KIND_UNSPECIFIED",
+		1: "HOLD_EVENT_KIND_PLACED",
+		2: "HOLD_EVENT_KIND_EXTENDED",
+		3: "HOLD_EVENT_KIND_LIFTED",
+	}
+	HoldEventKind_value = map[string]int32{
+		"HOLD_EVENT_KIND_UNSPECIFIED": 0,
+		"HOLD_EVENT_KIND_PLACED":      1,
+		"HOLD_EVENT_KIND_EXTENDED":    2,
+		"HOLD_EVENT_KIND_LIFTED":      3,
+	}
+)
+
+func (x HoldEventKind) Enum() *HoldEventKind {
+	p := new(HoldEventKind)
+	*p = x
+	return p
+}
+
+func (x HoldEventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HoldEventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_retryd_v1_retryd_proto_enumTypes[0].Descriptor()
+}
+
+func (HoldEventKind) Type() protoreflect.EnumType {
+	return &file_retryd_v1_retryd_proto_enumTypes[0]
+}
+
+func (x HoldEventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HoldEventKind.Descriptor instead.
+func (HoldEventKind) EnumDescriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{0}
+}
+
+// Why calls are held.
+type HoldKind int32
+
+const (
+	// Never sent.
+	HoldKind_HOLD_KIND_UNSPECIFIED HoldKind = 0
+	// A Retry-After that applies to everyone.
+	HoldKind_HOLD_KIND_PAUSE HoldKind = 1
+	// An allowance is exhausted until its reset.
+	HoldKind_HOLD_KIND_QUOTA_STOP HoldKind = 2
+	// No call at all before the end: early calls interfere with recovery.
+	HoldKind_HOLD_KIND_QUARANTINE HoldKind = 3
+	// Refused, except one probe per probe interval.
+	HoldKind_HOLD_KIND_CIRCUIT_OPEN HoldKind = 4
+)
+
+// Enum value maps for HoldKind.
+var (
+	HoldKind_name = map[int32]string{
+		0: "HOLD_KIND_UNSPECIFIED",
+		1: "HOLD_KIND_PAUSE",
+		2: "HOLD_KIND_QUOTA_STOP",
+		3: "HOLD_KIND_QUARANTINE",
+		4: "HOLD_KIND_CIRCUIT_OPEN",
+	}
+	HoldKind_value = map[string]int32{
+		"HOLD_KIND_UNSPECIFIED":  0,
+		"HOLD_KIND_PAUSE":        1,
+		"HOLD_KIND_QUOTA_STOP":   2,
+		"HOLD_KIND_QUARANTINE":   3,
+		"HOLD_KIND_CIRCUIT_OPEN": 4,
+	}
+)
+
+func (x HoldKind) Enum() *HoldKind {
+	p := new(HoldKind)
+	*p = x
+	return p
+}
+
+func (x HoldKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HoldKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_retryd_v1_retryd_proto_enumTypes[1].Descriptor()
+}
+
+func (HoldKind) Type() protoreflect.EnumType {
+	return &file_retryd_v1_retryd_proto_enumTypes[1]
+}
+
+func (x HoldKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HoldKind.Descriptor instead.
+func (HoldKind) EnumDescriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{1}
+}
+
 // Whether the failed operation only read data or changed it.
 type OperationKind int32
 
@@ -68,11 +186,11 @@ func (x OperationKind) String() string {
 }
 
 func (OperationKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_retryd_v1_retryd_proto_enumTypes[0].Descriptor()
+	return file_retryd_v1_retryd_proto_enumTypes[2].Descriptor()
 }
 
 func (OperationKind) Type() protoreflect.EnumType {
-	return &file_retryd_v1_retryd_proto_enumTypes[0]
+	return &file_retryd_v1_retryd_proto_enumTypes[2]
 }
 
 func (x OperationKind) Number() protoreflect.EnumNumber {
@@ -81,7 +199,7 @@ func (x OperationKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperationKind.Descriptor instead.
 func (OperationKind) EnumDescriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{0}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{2}
 }
 
 // What the caller may do.
@@ -134,11 +252,11 @@ func (x Verdict) String() string {
 }
 
 func (Verdict) Descriptor() protoreflect.EnumDescriptor {
-	return file_retryd_v1_retryd_proto_enumTypes[1].Descriptor()
+	return file_retryd_v1_retryd_proto_enumTypes[3].Descriptor()
 }
 
 func (Verdict) Type() protoreflect.EnumType {
-	return &file_retryd_v1_retryd_proto_enumTypes[1]
+	return &file_retryd_v1_retryd_proto_enumTypes[3]
 }
 
 func (x Verdict) Number() protoreflect.EnumNumber {
@@ -147,7 +265,7 @@ func (x Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Verdict.Descriptor instead.
 func (Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{1}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{3}
 }
 
 // Did the target call reach the dependency?
@@ -191,11 +309,11 @@ func (x TargetReached) String() string {
 }
 
 func (TargetReached) Descriptor() protoreflect.EnumDescriptor {
-	return file_retryd_v1_retryd_proto_enumTypes[2].Descriptor()
+	return file_retryd_v1_retryd_proto_enumTypes[4].Descriptor()
 }
 
 func (TargetReached) Type() protoreflect.EnumType {
-	return &file_retryd_v1_retryd_proto_enumTypes[2]
+	return &file_retryd_v1_retryd_proto_enumTypes[4]
 }
 
 func (x TargetReached) Number() protoreflect.EnumNumber {
@@ -204,7 +322,7 @@ func (x TargetReached) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TargetReached.Descriptor instead.
 func (TargetReached) EnumDescriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{2}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{4}
 }
 
 // Current knowledge of externally visible effects (ASC 0.1).
@@ -252,11 +370,11 @@ func (x SideEffectState) String() string {
 }
 
 func (SideEffectState) Descriptor() protoreflect.EnumDescriptor {
-	return file_retryd_v1_retryd_proto_enumTypes[3].Descriptor()
+	return file_retryd_v1_retryd_proto_enumTypes[5].Descriptor()
 }
 
 func (SideEffectState) Type() protoreflect.EnumType {
-	return &file_retryd_v1_retryd_proto_enumTypes[3]
+	return &file_retryd_v1_retryd_proto_enumTypes[5]
 }
 
 func (x SideEffectState) Number() protoreflect.EnumNumber {
@@ -265,7 +383,7 @@ func (x SideEffectState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SideEffectState.Descriptor instead.
 func (SideEffectState) EnumDescriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{3}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{5}
 }
 
 // How the delay was computed.
@@ -282,6 +400,8 @@ const (
 	Strategy_STRATEGY_RETRY_AFTER Strategy = 3
 	// A fixed schedule of waits, one per retry.
 	Strategy_STRATEGY_SCHEDULE Strategy = 4
+	// A fleet hold on the failure's scope ends later than any other delay.
+	Strategy_STRATEGY_HOLD Strategy = 5
 )
 
 // Enum value maps for Strategy.
@@ -292,6 +412,7 @@ var (
 		2: "STRATEGY_EXPONENTIAL_BACKOFF",
 		3: "STRATEGY_RETRY_AFTER",
 		4: "STRATEGY_SCHEDULE",
+		5: "STRATEGY_HOLD",
 	}
 	Strategy_value = map[string]int32{
 		"STRATEGY_UNSPECIFIED":         0,
@@ -299,6 +420,7 @@ var (
 		"STRATEGY_EXPONENTIAL_BACKOFF": 2,
 		"STRATEGY_RETRY_AFTER":         3,
 		"STRATEGY_SCHEDULE":            4,
+		"STRATEGY_HOLD":                5,
 	}
 )
 
@@ -313,11 +435,11 @@ func (x Strategy) String() string {
 }
 
 func (Strategy) Descriptor() protoreflect.EnumDescriptor {
-	return file_retryd_v1_retryd_proto_enumTypes[4].Descriptor()
+	return file_retryd_v1_retryd_proto_enumTypes[6].Descriptor()
 }
 
 func (Strategy) Type() protoreflect.EnumType {
-	return &file_retryd_v1_retryd_proto_enumTypes[4]
+	return &file_retryd_v1_retryd_proto_enumTypes[6]
 }
 
 func (x Strategy) Number() protoreflect.EnumNumber {
@@ -326,7 +448,7 @@ func (x Strategy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Strategy.Descriptor instead.
 func (Strategy) EnumDescriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{4}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{6}
 }
 
 // What reading the state back after a failed write found.
@@ -370,11 +492,11 @@ func (x ReadBack) String() string {
 }
 
 func (ReadBack) Descriptor() protoreflect.EnumDescriptor {
-	return file_retryd_v1_retryd_proto_enumTypes[5].Descriptor()
+	return file_retryd_v1_retryd_proto_enumTypes[7].Descriptor()
 }
 
 func (ReadBack) Type() protoreflect.EnumType {
-	return &file_retryd_v1_retryd_proto_enumTypes[5]
+	return &file_retryd_v1_retryd_proto_enumTypes[7]
 }
 
 func (x ReadBack) Number() protoreflect.EnumNumber {
@@ -383,7 +505,7 @@ func (x ReadBack) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReadBack.Descriptor instead.
 func (ReadBack) EnumDescriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{5}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{7}
 }
 
 // Whether a stop applies to the request or the tenant.
@@ -397,6 +519,10 @@ const (
 	// Stop calling this tenant (e.g. a daily quota is exhausted); re-drive
 	// its pending records after the reset.
 	Scope_SCOPE_TENANT Scope = 2
+	// Every tenant of one dependency instance (holds only).
+	Scope_SCOPE_DEPENDENCY Scope = 3
+	// One method of one dependency instance (holds only).
+	Scope_SCOPE_METHOD Scope = 4
 )
 
 // Enum value maps for Scope.
@@ -405,11 +531,15 @@ var (
 		0: "SCOPE_UNSPECIFIED",
 		1: "SCOPE_REQUEST",
 		2: "SCOPE_TENANT",
+		3: "SCOPE_DEPENDENCY",
+		4: "SCOPE_METHOD",
 	}
 	Scope_value = map[string]int32{
 		"SCOPE_UNSPECIFIED": 0,
 		"SCOPE_REQUEST":     1,
 		"SCOPE_TENANT":      2,
+		"SCOPE_DEPENDENCY":  3,
+		"SCOPE_METHOD":      4,
 	}
 )
 
@@ -424,11 +554,11 @@ func (x Scope) String() string {
 }
 
 func (Scope) Descriptor() protoreflect.EnumDescriptor {
-	return file_retryd_v1_retryd_proto_enumTypes[6].Descriptor()
+	return file_retryd_v1_retryd_proto_enumTypes[8].Descriptor()
 }
 
 func (Scope) Type() protoreflect.EnumType {
-	return &file_retryd_v1_retryd_proto_enumTypes[6]
+	return &file_retryd_v1_retryd_proto_enumTypes[8]
 }
 
 func (x Scope) Number() protoreflect.EnumNumber {
@@ -437,7 +567,875 @@ func (x Scope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Scope.Descriptor instead.
 func (Scope) EnumDescriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{8}
+}
+
+// Admit: may a call go ahead now?
+type AdmitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Catalog name; empty means the default catalog.
+	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
+	// The dependency instance the call goes to (a portal, a host, an account).
+	Dependency string `protobuf:"bytes,2,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The caller's tenant.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The dependency's method, e.g. `crm.deal.add`.
+	Method string `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
+	// Read or write (reserved for budgets; holds apply to both).
+	Operation OperationKind `protobuf:"varint,5,opt,name=operation,proto3,enum=retryd.v1.OperationKind" json:"operation,omitempty"`
+	// 1-based number of the attempt about to be made; 0 is read as 1.
+	Attempt       uint32 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitRequest) Reset() {
+	*x = AdmitRequest{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitRequest) ProtoMessage() {}
+
+func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitRequest.ProtoReflect.Descriptor instead.
+func (*AdmitRequest) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AdmitRequest) GetCatalog() string {
+	if x != nil {
+		return x.Catalog
+	}
+	return ""
+}
+
+func (x *AdmitRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *AdmitRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *AdmitRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *AdmitRequest) GetOperation() OperationKind {
+	if x != nil {
+		return x.Operation
+	}
+	return OperationKind_OPERATION_KIND_UNSPECIFIED
+}
+
+func (x *AdmitRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+// Admit's answer.
+type AdmitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call may go ahead now.
+	Admitted bool `protobuf:"varint,1,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// The hold covering the call that ends last, if any (also when admitted as a probe).
+	Hold *Hold `protobuf:"bytes,2,opt,name=hold,proto3" json:"hold,omitempty"`
+	// When refused: the earliest time asking again can succeed.
+	RetryAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
+	// Non-empty when admitted as an open circuit's single probe: report the
+	// probe's outcome with it (ReportOutcomes, or Failure.probe_token).
+	ProbeToken    string `protobuf:"bytes,4,opt,name=probe_token,json=probeToken,proto3" json:"probe_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitResponse) Reset() {
+	*x = AdmitResponse{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitResponse) ProtoMessage() {}
+
+func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
+func (*AdmitResponse) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AdmitResponse) GetAdmitted() bool {
+	if x != nil {
+		return x.Admitted
+	}
+	return false
+}
+
+func (x *AdmitResponse) GetHold() *Hold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+func (x *AdmitResponse) GetRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetryAt
+	}
+	return nil
+}
+
+func (x *AdmitResponse) GetProbeToken() string {
+	if x != nil {
+		return x.ProbeToken
+	}
+	return ""
+}
+
+// ReportOutcomes: how calls ended.
+type ReportOutcomesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Counts per scope since the caller's last report (at most 1 000 entries).
+	Counts []*OutcomeCount `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
+	// The token of an open circuit's probe whose outcome this reports.
+	ProbeToken string `protobuf:"bytes,2,opt,name=probe_token,json=probeToken,proto3" json:"probe_token,omitempty"`
+	// With probe_token: the probe call succeeded (closes the circuit); false re-opens it.
+	ProbeSucceeded bool `protobuf:"varint,3,opt,name=probe_succeeded,json=probeSucceeded,proto3" json:"probe_succeeded,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReportOutcomesRequest) Reset() {
+	*x = ReportOutcomesRequest{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOutcomesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOutcomesRequest) ProtoMessage() {}
+
+func (x *ReportOutcomesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOutcomesRequest.ProtoReflect.Descriptor instead.
+func (*ReportOutcomesRequest) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ReportOutcomesRequest) GetCounts() []*OutcomeCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *ReportOutcomesRequest) GetProbeToken() string {
+	if x != nil {
+		return x.ProbeToken
+	}
+	return ""
+}
+
+func (x *ReportOutcomesRequest) GetProbeSucceeded() bool {
+	if x != nil {
+		return x.ProbeSucceeded
+	}
+	return false
+}
+
+// How the calls of one scope ended.
+type OutcomeCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Catalog name; empty means the default catalog.
+	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
+	// The dependency instance.
+	Dependency string `protobuf:"bytes,2,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The caller's tenant.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The dependency's method.
+	Method string `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
+	// First attempts made (capped per report).
+	Requests uint64 `protobuf:"varint,5,opt,name=requests,proto3" json:"requests,omitempty"`
+	// Calls that succeeded.
+	Successes uint64 `protobuf:"varint,6,opt,name=successes,proto3" json:"successes,omitempty"`
+	// Calls that failed and were not classified.
+	Failures      uint64 `protobuf:"varint,7,opt,name=failures,proto3" json:"failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutcomeCount) Reset() {
+	*x = OutcomeCount{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutcomeCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutcomeCount) ProtoMessage() {}
+
+func (x *OutcomeCount) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutcomeCount.ProtoReflect.Descriptor instead.
+func (*OutcomeCount) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *OutcomeCount) GetCatalog() string {
+	if x != nil {
+		return x.Catalog
+	}
+	return ""
+}
+
+func (x *OutcomeCount) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *OutcomeCount) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *OutcomeCount) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *OutcomeCount) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *OutcomeCount) GetSuccesses() uint64 {
+	if x != nil {
+		return x.Successes
+	}
+	return 0
+}
+
+func (x *OutcomeCount) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+// ReportOutcomes' answer.
+type ReportOutcomesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The circuit the probe closed or re-opened, if probe_token named one.
+	Hold          *Hold `protobuf:"bytes,1,opt,name=hold,proto3" json:"hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportOutcomesResponse) Reset() {
+	*x = ReportOutcomesResponse{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOutcomesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOutcomesResponse) ProtoMessage() {}
+
+func (x *ReportOutcomesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOutcomesResponse.ProtoReflect.Descriptor instead.
+func (*ReportOutcomesResponse) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReportOutcomesResponse) GetHold() *Hold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+// ListHolds: which holds are in force.
+type ListHoldsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this catalog (empty: all).
+	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
+	// Only this dependency (empty: all).
+	Dependency string `protobuf:"bytes,2,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Only this tenant (empty: all). Non-operators may filter by raw tenant too.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// At most this many holds (0: 100; at most 1 000).
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From the previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHoldsRequest) Reset() {
+	*x = ListHoldsRequest{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHoldsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHoldsRequest) ProtoMessage() {}
+
+func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
+func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListHoldsRequest) GetCatalog() string {
+	if x != nil {
+		return x.Catalog
+	}
+	return ""
+}
+
+func (x *ListHoldsRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *ListHoldsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListHoldsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListHoldsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListHolds' answer.
+type ListHoldsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Holds in force, ending soonest first.
+	Holds []*Hold `protobuf:"bytes,1,rep,name=holds,proto3" json:"holds,omitempty"`
+	// Pass to the next request for more; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHoldsResponse) Reset() {
+	*x = ListHoldsResponse{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHoldsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHoldsResponse) ProtoMessage() {}
+
+func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
+func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
 	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListHoldsResponse) GetHolds() []*Hold {
+	if x != nil {
+		return x.Holds
+	}
+	return nil
+}
+
+func (x *ListHoldsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ReleaseHold: lift a hold now.
+type ReleaseHoldRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Hold.id.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHoldRequest) Reset() {
+	*x = ReleaseHoldRequest{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHoldRequest) ProtoMessage() {}
+
+func (x *ReleaseHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHoldRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseHoldRequest) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReleaseHoldRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ReleaseHold's answer.
+type ReleaseHoldResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hold as it was lifted.
+	Hold          *Hold `protobuf:"bytes,1,opt,name=hold,proto3" json:"hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHoldResponse) Reset() {
+	*x = ReleaseHoldResponse{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHoldResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHoldResponse) ProtoMessage() {}
+
+func (x *ReleaseHoldResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHoldResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseHoldResponse) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReleaseHoldResponse) GetHold() *Hold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+// WatchHolds: stream hold events.
+type WatchHoldsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this catalog (empty: all).
+	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
+	// Only this dependency (empty: all).
+	Dependency string `protobuf:"bytes,2,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Only this tenant (empty: all).
+	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchHoldsRequest) Reset() {
+	*x = WatchHoldsRequest{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchHoldsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchHoldsRequest) ProtoMessage() {}
+
+func (x *WatchHoldsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchHoldsRequest.ProtoReflect.Descriptor instead.
+func (*WatchHoldsRequest) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WatchHoldsRequest) GetCatalog() string {
+	if x != nil {
+		return x.Catalog
+	}
+	return ""
+}
+
+func (x *WatchHoldsRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *WatchHoldsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// One hold event.
+type WatchHoldsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	Kind HoldEventKind `protobuf:"varint,1,opt,name=kind,proto3,enum=retryd.v1.HoldEventKind" json:"kind,omitempty"`
+	// The hold after it happened.
+	Hold          *Hold `protobuf:"bytes,2,opt,name=hold,proto3" json:"hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchHoldsResponse) Reset() {
+	*x = WatchHoldsResponse{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchHoldsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchHoldsResponse) ProtoMessage() {}
+
+func (x *WatchHoldsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchHoldsResponse.ProtoReflect.Descriptor instead.
+func (*WatchHoldsResponse) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchHoldsResponse) GetKind() HoldEventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return HoldEventKind_HOLD_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *WatchHoldsResponse) GetHold() *Hold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+// "Do not call this scope until `until`", shared by every caller of the fleet.
+type Hold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque id, stable while the hold lives (pass it to ReleaseHold).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The catalog whose rule placed it.
+	Catalog string `protobuf:"bytes,2,opt,name=catalog,proto3" json:"catalog,omitempty"`
+	// The dependency instance.
+	Dependency string `protobuf:"bytes,3,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The tenant of a tenant hold (hashed as `h:<hex>` for non-operators).
+	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The method of a method hold.
+	Method string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	// What it covers: SCOPE_TENANT, SCOPE_DEPENDENCY or SCOPE_METHOD.
+	Scope Scope `protobuf:"varint,6,opt,name=scope,proto3,enum=retryd.v1.Scope" json:"scope,omitempty"`
+	// Why calls are held.
+	Kind HoldKind `protobuf:"varint,7,opt,name=kind,proto3,enum=retryd.v1.HoldKind" json:"kind,omitempty"`
+	// When it was placed.
+	Since *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=since,proto3" json:"since,omitempty"`
+	// When it ends (an open circuit closes earlier when a probe succeeds).
+	Until *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=until,proto3" json:"until,omitempty"`
+	// The code of the failure that placed or last extended it.
+	Code string `protobuf:"bytes,10,opt,name=code,proto3" json:"code,omitempty"`
+	// The catalog rule that placed it, e.g. `frontspin/RATE_LIMITED/write`.
+	Rule string `protobuf:"bytes,11,opt,name=rule,proto3" json:"rule,omitempty"`
+	// Why, in English.
+	Reason        string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hold) Reset() {
+	*x = Hold{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hold) ProtoMessage() {}
+
+func (x *Hold) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hold.ProtoReflect.Descriptor instead.
+func (*Hold) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Hold) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Hold) GetCatalog() string {
+	if x != nil {
+		return x.Catalog
+	}
+	return ""
+}
+
+func (x *Hold) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *Hold) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Hold) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Hold) GetScope() Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return Scope_SCOPE_UNSPECIFIED
+}
+
+func (x *Hold) GetKind() HoldKind {
+	if x != nil {
+		return x.Kind
+	}
+	return HoldKind_HOLD_KIND_UNSPECIFIED
+}
+
+func (x *Hold) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *Hold) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *Hold) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Hold) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Hold) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // One failure to decide.
@@ -455,7 +1453,7 @@ type ClassifyRequest struct {
 
 func (x *ClassifyRequest) Reset() {
 	*x = ClassifyRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[0]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +1465,7 @@ func (x *ClassifyRequest) String() string {
 func (*ClassifyRequest) ProtoMessage() {}
 
 func (x *ClassifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[0]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +1478,7 @@ func (x *ClassifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyRequest.ProtoReflect.Descriptor instead.
 func (*ClassifyRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{0}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClassifyRequest) GetFailure() *Failure {
@@ -508,7 +1506,7 @@ type ClassifyResponse struct {
 
 func (x *ClassifyResponse) Reset() {
 	*x = ClassifyResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[1]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +1518,7 @@ func (x *ClassifyResponse) String() string {
 func (*ClassifyResponse) ProtoMessage() {}
 
 func (x *ClassifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[1]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +1531,7 @@ func (x *ClassifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyResponse.ProtoReflect.Descriptor instead.
 func (*ClassifyResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{1}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClassifyResponse) GetDecision() *Decision {
@@ -556,7 +1554,7 @@ type ClassifyBatchRequest struct {
 
 func (x *ClassifyBatchRequest) Reset() {
 	*x = ClassifyBatchRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[2]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +1566,7 @@ func (x *ClassifyBatchRequest) String() string {
 func (*ClassifyBatchRequest) ProtoMessage() {}
 
 func (x *ClassifyBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[2]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +1579,7 @@ func (x *ClassifyBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyBatchRequest.ProtoReflect.Descriptor instead.
 func (*ClassifyBatchRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{2}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClassifyBatchRequest) GetFailures() []*Failure {
@@ -611,7 +1609,7 @@ type ClassifyBatchResponse struct {
 
 func (x *ClassifyBatchResponse) Reset() {
 	*x = ClassifyBatchResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[3]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +1621,7 @@ func (x *ClassifyBatchResponse) String() string {
 func (*ClassifyBatchResponse) ProtoMessage() {}
 
 func (x *ClassifyBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[3]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +1634,7 @@ func (x *ClassifyBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyBatchResponse.ProtoReflect.Descriptor instead.
 func (*ClassifyBatchResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{3}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClassifyBatchResponse) GetResults() []*BatchResult {
@@ -671,7 +1669,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[4]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +1681,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[4]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +1694,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{4}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BatchResult) GetIndex() uint32 {
@@ -771,7 +1769,7 @@ type BatchSummary struct {
 
 func (x *BatchSummary) Reset() {
 	*x = BatchSummary{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[5]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +1781,7 @@ func (x *BatchSummary) String() string {
 func (*BatchSummary) ProtoMessage() {}
 
 func (x *BatchSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[5]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +1794,7 @@ func (x *BatchSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchSummary.ProtoReflect.Descriptor instead.
 func (*BatchSummary) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{5}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchSummary) GetRetryWithLimit() uint32 {
@@ -854,7 +1852,7 @@ type ListCatalogsRequest struct {
 
 func (x *ListCatalogsRequest) Reset() {
 	*x = ListCatalogsRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1864,7 @@ func (x *ListCatalogsRequest) String() string {
 func (*ListCatalogsRequest) ProtoMessage() {}
 
 func (x *ListCatalogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1877,7 @@ func (x *ListCatalogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogsRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{6}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListCatalogsRequest) GetLocale() string {
@@ -906,7 +1904,7 @@ type ListCatalogsResponse struct {
 
 func (x *ListCatalogsResponse) Reset() {
 	*x = ListCatalogsResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1916,7 @@ func (x *ListCatalogsResponse) String() string {
 func (*ListCatalogsResponse) ProtoMessage() {}
 
 func (x *ListCatalogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1929,7 @@ func (x *ListCatalogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogsResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{7}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListCatalogsResponse) GetCatalogs() []*Catalog {
@@ -985,14 +1983,20 @@ type Catalog struct {
 	// Method words that mark a read when Failure.operation is unspecified.
 	ReadWords []string `protobuf:"bytes,11,rep,name=read_words,json=readWords,proto3" json:"read_words,omitempty"`
 	// Method words that mark a write (checked before the read words).
-	WriteWords    []string `protobuf:"bytes,12,rep,name=write_words,json=writeWords,proto3" json:"write_words,omitempty"`
+	WriteWords []string `protobuf:"bytes,12,rep,name=write_words,json=writeWords,proto3" json:"write_words,omitempty"`
+	// The cap on every delay and every hold, in milliseconds (codes may
+	// override it: CatalogCode.max_delay_ms).
+	MaxDelayMs uint64 `protobuf:"varint,13,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
+	// When an exhausted allowance resets, for quota stops (e.g. `daily at
+	// 00:00 UTC`, `rolling 86400000 ms`); empty when the catalog has no rule.
+	QuotaReset    string `protobuf:"bytes,14,opt,name=quota_reset,json=quotaReset,proto3" json:"quota_reset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Catalog) Reset() {
 	*x = Catalog{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +2008,7 @@ func (x *Catalog) String() string {
 func (*Catalog) ProtoMessage() {}
 
 func (x *Catalog) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +2021,7 @@ func (x *Catalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Catalog.ProtoReflect.Descriptor instead.
 func (*Catalog) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{8}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Catalog) GetName() string {
@@ -1104,6 +2108,20 @@ func (x *Catalog) GetWriteWords() []string {
 	return nil
 }
 
+func (x *Catalog) GetMaxDelayMs() uint64 {
+	if x != nil {
+		return x.MaxDelayMs
+	}
+	return 0
+}
+
+func (x *Catalog) GetQuotaReset() string {
+	if x != nil {
+		return x.QuotaReset
+	}
+	return ""
+}
+
 // Bounded exponential backoff: the wait after attempt n is drawn from
 // [m/2, m] with m = min(cap_ms, base_ms * multiplier^(n-1)).
 type Backoff struct {
@@ -1120,7 +2138,7 @@ type Backoff struct {
 
 func (x *Backoff) Reset() {
 	*x = Backoff{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +2150,7 @@ func (x *Backoff) String() string {
 func (*Backoff) ProtoMessage() {}
 
 func (x *Backoff) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +2163,7 @@ func (x *Backoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
 func (*Backoff) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{9}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Backoff) GetBaseMs() uint64 {
@@ -1202,13 +2220,15 @@ type CatalogCode struct {
 	RetriedWrite *CatalogRule `protobuf:"bytes,12,opt,name=retried_write,json=retriedWrite,proto3" json:"retried_write,omitempty"`
 	// The full rule for a write with a Retry-After; unset when there is none.
 	WriteWithRetryAfter *CatalogRule `protobuf:"bytes,13,opt,name=write_with_retry_after,json=writeWithRetryAfter,proto3" json:"write_with_retry_after,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The cap on this code's delays and holds, in milliseconds.
+	MaxDelayMs    uint64 `protobuf:"varint,14,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CatalogCode) Reset() {
 	*x = CatalogCode{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +2240,7 @@ func (x *CatalogCode) String() string {
 func (*CatalogCode) ProtoMessage() {}
 
 func (x *CatalogCode) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +2253,7 @@ func (x *CatalogCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogCode.ProtoReflect.Descriptor instead.
 func (*CatalogCode) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{10}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CatalogCode) GetCode() string {
@@ -1327,6 +2347,13 @@ func (x *CatalogCode) GetWriteWithRetryAfter() *CatalogRule {
 	return nil
 }
 
+func (x *CatalogCode) GetMaxDelayMs() uint64 {
+	if x != nil {
+		return x.MaxDelayMs
+	}
+	return 0
+}
+
 // What a catalog answers for one code and one operation, before limits,
 // read-backs, idempotency keys and the dependency's own advice refine it.
 type CatalogRule struct {
@@ -1348,14 +2375,22 @@ type CatalogRule struct {
 	// An idempotency key does not replace reconciling the state first.
 	ReconcileBeforeRetry bool `protobuf:"varint,7,opt,name=reconcile_before_retry,json=reconcileBeforeRetry,proto3" json:"reconcile_before_retry,omitempty"`
 	// Why, in the requested locale.
-	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The fleet hold this rule places (HOLD_KIND_UNSPECIFIED: none).
+	HoldKind HoldKind `protobuf:"varint,9,opt,name=hold_kind,json=holdKind,proto3,enum=retryd.v1.HoldKind" json:"hold_kind,omitempty"`
+	// What the hold covers: SCOPE_TENANT, SCOPE_DEPENDENCY or SCOPE_METHOD.
+	HoldScope Scope `protobuf:"varint,10,opt,name=hold_scope,json=holdScope,proto3,enum=retryd.v1.Scope" json:"hold_scope,omitempty"`
+	// The hold's length without a Retry-After (0: only with one, or until the reset).
+	HoldMs uint64 `protobuf:"varint,11,opt,name=hold_ms,json=holdMs,proto3" json:"hold_ms,omitempty"`
+	// Open circuits: one probe per this many milliseconds.
+	ProbeEveryMs  uint64 `protobuf:"varint,12,opt,name=probe_every_ms,json=probeEveryMs,proto3" json:"probe_every_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CatalogRule) Reset() {
 	*x = CatalogRule{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +2402,7 @@ func (x *CatalogRule) String() string {
 func (*CatalogRule) ProtoMessage() {}
 
 func (x *CatalogRule) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +2415,7 @@ func (x *CatalogRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogRule.ProtoReflect.Descriptor instead.
 func (*CatalogRule) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{11}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CatalogRule) GetRule() string {
@@ -1439,6 +2474,34 @@ func (x *CatalogRule) GetReason() string {
 	return ""
 }
 
+func (x *CatalogRule) GetHoldKind() HoldKind {
+	if x != nil {
+		return x.HoldKind
+	}
+	return HoldKind_HOLD_KIND_UNSPECIFIED
+}
+
+func (x *CatalogRule) GetHoldScope() Scope {
+	if x != nil {
+		return x.HoldScope
+	}
+	return Scope_SCOPE_UNSPECIFIED
+}
+
+func (x *CatalogRule) GetHoldMs() uint64 {
+	if x != nil {
+		return x.HoldMs
+	}
+	return 0
+}
+
+func (x *CatalogRule) GetProbeEveryMs() uint64 {
+	if x != nil {
+		return x.ProbeEveryMs
+	}
+	return 0
+}
+
 // A failed call to a dependency, as the caller saw it.
 type Failure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1486,14 +2549,24 @@ type Failure struct {
 	Tenant string `protobuf:"bytes,15,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// The retry contract the failed dependency itself returned (ASC form), if
 	// any. The decision is never less safe than it.
-	Upstream      *RetryContract `protobuf:"bytes,16,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	Upstream *RetryContract `protobuf:"bytes,16,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// Which instance of the dependency failed (a Bitrix24 portal, a host, an
+	// account): the key of dependency and method holds. Without it no
+	// dependency-wide hold is placed (warning hold_needs_dependency).
+	Dependency string `protobuf:"bytes,17,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The dependency's own word on when its allowance resets (e.g. from
+	// X-RateLimit-Reset); wins over the catalog's reset rule for quota stops.
+	QuotaResetsAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=quota_resets_at,json=quotaResetsAt,proto3" json:"quota_resets_at,omitempty"`
+	// The probe_token Admit gave, when this failure is an open circuit's
+	// probe: re-opens the circuit.
+	ProbeToken    string `protobuf:"bytes,19,opt,name=probe_token,json=probeToken,proto3" json:"probe_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +2578,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +2591,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{12}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Failure) GetCatalog() string {
@@ -1633,6 +2706,27 @@ func (x *Failure) GetUpstream() *RetryContract {
 	return nil
 }
 
+func (x *Failure) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *Failure) GetQuotaResetsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.QuotaResetsAt
+	}
+	return nil
+}
+
+func (x *Failure) GetProbeToken() string {
+	if x != nil {
+		return x.ProbeToken
+	}
+	return ""
+}
+
 // retryd's answer for one failure.
 type Decision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1671,15 +2765,22 @@ type Decision struct {
 	// is exhausted; empty otherwise.
 	TerminalState string `protobuf:"bytes,15,opt,name=terminal_state,json=terminalState,proto3" json:"terminal_state,omitempty"`
 	// Input that was ignored or adjusted, e.g. an unparseable Retry-After.
-	// Each starts with a stable machine-readable word and a colon.
-	Warnings      []string `protobuf:"bytes,16,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// Each starts with a stable machine-readable word and a colon, e.g.
+	// "code_case_mismatch: did you mean BITRIX_TIMEOUT? ..." for a code that
+	// matches a catalog code only in another case (codes are case-sensitive).
+	Warnings []string `protobuf:"bytes,16,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// The fleet hold in force on this failure's scope after this decision
+	// (placed by it or by an earlier one), the one ending last when several
+	// cover it. When set and the verdict retries, retry.after_ms reaches at
+	// least its end (for an open circuit: its next probe slot).
+	Hold          *Hold `protobuf:"bytes,17,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +2792,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +2805,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{13}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Decision) GetVerdict() Verdict {
@@ -1819,6 +2920,13 @@ func (x *Decision) GetWarnings() []string {
 	return nil
 }
 
+func (x *Decision) GetHold() *Hold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
 // The ASC 0.1 retry contract.
 type RetryContract struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1853,7 +2961,7 @@ type RetryContract struct {
 
 func (x *RetryContract) Reset() {
 	*x = RetryContract{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2973,7 @@ func (x *RetryContract) String() string {
 func (*RetryContract) ProtoMessage() {}
 
 func (x *RetryContract) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2986,7 @@ func (x *RetryContract) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryContract.ProtoReflect.Descriptor instead.
 func (*RetryContract) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{14}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryContract) GetRetryable() bool {
@@ -1962,7 +3070,80 @@ var File_retryd_v1_retryd_proto protoreflect.FileDescriptor
 
 const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\n" +
-	"\x16retryd/v1/retryd.proto\x12\tretryd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"W\n" +
+	"\x16retryd/v1/retryd.proto\x12\tretryd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xca\x01\n" +
+	"\fAdmitRequest\x12\x18\n" +
+	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x02 \x01(\tR\n" +
+	"dependency\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\x126\n" +
+	"\toperation\x18\x05 \x01(\x0e2\x18.retryd.v1.OperationKindR\toperation\x12\x18\n" +
+	"\aattempt\x18\x06 \x01(\rR\aattempt\"\xa8\x01\n" +
+	"\rAdmitResponse\x12\x1a\n" +
+	"\badmitted\x18\x01 \x01(\bR\badmitted\x12#\n" +
+	"\x04hold\x18\x02 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\x125\n" +
+	"\bretry_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x12\x1f\n" +
+	"\vprobe_token\x18\x04 \x01(\tR\n" +
+	"probeToken\"\x92\x01\n" +
+	"\x15ReportOutcomesRequest\x12/\n" +
+	"\x06counts\x18\x01 \x03(\v2\x17.retryd.v1.OutcomeCountR\x06counts\x12\x1f\n" +
+	"\vprobe_token\x18\x02 \x01(\tR\n" +
+	"probeToken\x12'\n" +
+	"\x0fprobe_succeeded\x18\x03 \x01(\bR\x0eprobeSucceeded\"\xce\x01\n" +
+	"\fOutcomeCount\x12\x18\n" +
+	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x02 \x01(\tR\n" +
+	"dependency\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\x12\x1a\n" +
+	"\brequests\x18\x05 \x01(\x04R\brequests\x12\x1c\n" +
+	"\tsuccesses\x18\x06 \x01(\x04R\tsuccesses\x12\x1a\n" +
+	"\bfailures\x18\a \x01(\x04R\bfailures\"=\n" +
+	"\x16ReportOutcomesResponse\x12#\n" +
+	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\xa0\x01\n" +
+	"\x10ListHoldsRequest\x12\x18\n" +
+	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x02 \x01(\tR\n" +
+	"dependency\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"b\n" +
+	"\x11ListHoldsResponse\x12%\n" +
+	"\x05holds\x18\x01 \x03(\v2\x0f.retryd.v1.HoldR\x05holds\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"$\n" +
+	"\x12ReleaseHoldRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\":\n" +
+	"\x13ReleaseHoldResponse\x12#\n" +
+	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"e\n" +
+	"\x11WatchHoldsRequest\x12\x18\n" +
+	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x02 \x01(\tR\n" +
+	"dependency\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"g\n" +
+	"\x12WatchHoldsResponse\x12,\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x18.retryd.v1.HoldEventKindR\x04kind\x12#\n" +
+	"\x04hold\x18\x02 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\xf5\x02\n" +
+	"\x04Hold\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\acatalog\x18\x02 \x01(\tR\acatalog\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x03 \x01(\tR\n" +
+	"dependency\x12\x16\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x12&\n" +
+	"\x05scope\x18\x06 \x01(\x0e2\x10.retryd.v1.ScopeR\x05scope\x12'\n" +
+	"\x04kind\x18\a \x01(\x0e2\x13.retryd.v1.HoldKindR\x04kind\x120\n" +
+	"\x05since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x12\n" +
+	"\x04code\x18\n" +
+	" \x01(\tR\x04code\x12\x12\n" +
+	"\x04rule\x18\v \x01(\tR\x04rule\x12\x16\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\"W\n" +
 	"\x0fClassifyRequest\x12,\n" +
 	"\afailure\x18\x01 \x01(\v2\x12.retryd.v1.FailureR\afailure\x12\x16\n" +
 	"\x06locale\x18\x02 \x01(\tR\x06locale\"C\n" +
@@ -1992,7 +3173,7 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x14ListCatalogsResponse\x12.\n" +
 	"\bcatalogs\x18\x01 \x03(\v2\x12.retryd.v1.CatalogR\bcatalogs\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\tR\rpolicyVersion\x12'\n" +
-	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xde\x03\n" +
+	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xa1\x04\n" +
 	"\aCatalog\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -2010,13 +3191,17 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\n" +
 	"read_words\x18\v \x03(\tR\treadWords\x12\x1f\n" +
 	"\vwrite_words\x18\f \x03(\tR\n" +
-	"writeWords\"Y\n" +
+	"writeWords\x12 \n" +
+	"\fmax_delay_ms\x18\r \x01(\x04R\n" +
+	"maxDelayMs\x12\x1f\n" +
+	"\vquota_reset\x18\x0e \x01(\tR\n" +
+	"quotaReset\"Y\n" +
 	"\aBackoff\x12\x17\n" +
 	"\abase_ms\x18\x01 \x01(\x04R\x06baseMs\x12\x1e\n" +
 	"\n" +
 	"multiplier\x18\x02 \x01(\x01R\n" +
 	"multiplier\x12\x15\n" +
-	"\x06cap_ms\x18\x03 \x01(\x04R\x05capMs\"\xeb\x05\n" +
+	"\x06cap_ms\x18\x03 \x01(\x04R\x05capMs\"\x8d\x06\n" +
 	"\vCatalogCode\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\aaliases\x18\x02 \x03(\tR\aaliases\x12?\n" +
@@ -2031,9 +3216,11 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	" \x01(\v2\x16.retryd.v1.CatalogRuleR\x04read\x12,\n" +
 	"\x05write\x18\v \x01(\v2\x16.retryd.v1.CatalogRuleR\x05write\x12;\n" +
 	"\rretried_write\x18\f \x01(\v2\x16.retryd.v1.CatalogRuleR\fretriedWrite\x12K\n" +
-	"\x16write_with_retry_after\x18\r \x01(\v2\x16.retryd.v1.CatalogRuleR\x13writeWithRetryAfterB\x18\n" +
+	"\x16write_with_retry_after\x18\r \x01(\v2\x16.retryd.v1.CatalogRuleR\x13writeWithRetryAfter\x12 \n" +
+	"\fmax_delay_ms\x18\x0e \x01(\x04R\n" +
+	"maxDelayMsB\x18\n" +
 	"\x16_retried_write_verdictB!\n" +
-	"\x1f_write_with_retry_after_verdict\"\xf3\x02\n" +
+	"\x1f_write_with_retry_after_verdict\"\x95\x04\n" +
 	"\vCatalogRule\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12,\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x12.retryd.v1.VerdictR\averdict\x12F\n" +
@@ -2042,7 +3229,13 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x15reconciliation_action\x18\x05 \x01(\tR\x14reconciliationAction\x12&\n" +
 	"\x05scope\x18\x06 \x01(\x0e2\x10.retryd.v1.ScopeR\x05scope\x124\n" +
 	"\x16reconcile_before_retry\x18\a \x01(\bR\x14reconcileBeforeRetry\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"\x8f\x05\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x120\n" +
+	"\thold_kind\x18\t \x01(\x0e2\x13.retryd.v1.HoldKindR\bholdKind\x12/\n" +
+	"\n" +
+	"hold_scope\x18\n" +
+	" \x01(\x0e2\x10.retryd.v1.ScopeR\tholdScope\x12\x17\n" +
+	"\ahold_ms\x18\v \x01(\x04R\x06holdMs\x12$\n" +
+	"\x0eprobe_every_ms\x18\f \x01(\x04R\fprobeEveryMs\"\x94\x06\n" +
 	"\aFailure\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x126\n" +
@@ -2062,8 +3255,14 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x0e \x01(\tR\trequestId\x12\x16\n" +
 	"\x06tenant\x18\x0f \x01(\tR\x06tenant\x124\n" +
-	"\bupstream\x18\x10 \x01(\v2\x18.retryd.v1.RetryContractR\bupstreamB\x11\n" +
-	"\x0f_retry_after_ms\"\xeb\x04\n" +
+	"\bupstream\x18\x10 \x01(\v2\x18.retryd.v1.RetryContractR\bupstream\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x11 \x01(\tR\n" +
+	"dependency\x12B\n" +
+	"\x0fquota_resets_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\rquotaResetsAt\x12\x1f\n" +
+	"\vprobe_token\x18\x13 \x01(\tR\n" +
+	"probeTokenB\x11\n" +
+	"\x0f_retry_after_ms\"\x90\x05\n" +
 	"\bDecision\x12,\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x12.retryd.v1.VerdictR\averdict\x12.\n" +
 	"\x05retry\x18\x02 \x01(\v2\x18.retryd.v1.RetryContractR\x05retry\x12?\n" +
@@ -2083,7 +3282,8 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x0e \x01(\tR\trequestId\x12%\n" +
 	"\x0eterminal_state\x18\x0f \x01(\tR\rterminalState\x12\x1a\n" +
-	"\bwarnings\x18\x10 \x03(\tR\bwarnings\"\x82\x04\n" +
+	"\bwarnings\x18\x10 \x03(\tR\bwarnings\x12#\n" +
+	"\x04hold\x18\x11 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\x82\x04\n" +
 	"\rRetryContract\x12\x1c\n" +
 	"\tretryable\x18\x01 \x01(\bR\tretryable\x12\x12\n" +
 	"\x04safe\x18\x02 \x01(\bR\x04safe\x12\x19\n" +
@@ -2099,7 +3299,18 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	" \x01(\x0e2\x1a.retryd.v1.SideEffectStateR\x0fsideEffectState\x128\n" +
 	"\x15reconciliation_action\x18\v \x01(\tH\x01R\x14reconciliationAction\x88\x01\x01B\x12\n" +
 	"\x10_idempotency_keyB\x18\n" +
-	"\x16_reconciliation_action*b\n" +
+	"\x16_reconciliation_action*\x86\x01\n" +
+	"\rHoldEventKind\x12\x1f\n" +
+	"\x1bHOLD_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16HOLD_EVENT_KIND_PLACED\x10\x01\x12\x1c\n" +
+	"\x18HOLD_EVENT_KIND_EXTENDED\x10\x02\x12\x1a\n" +
+	"\x16HOLD_EVENT_KIND_LIFTED\x10\x03*\x8a\x01\n" +
+	"\bHoldKind\x12\x19\n" +
+	"\x15HOLD_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fHOLD_KIND_PAUSE\x10\x01\x12\x18\n" +
+	"\x14HOLD_KIND_QUOTA_STOP\x10\x02\x12\x18\n" +
+	"\x14HOLD_KIND_QUARANTINE\x10\x03\x12\x1a\n" +
+	"\x16HOLD_KIND_CIRCUIT_OPEN\x10\x04*b\n" +
 	"\rOperationKind\x12\x1e\n" +
 	"\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13OPERATION_KIND_READ\x10\x01\x12\x18\n" +
@@ -2121,26 +3332,35 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x16SIDE_EFFECT_STATE_NONE\x10\x01\x12\x1e\n" +
 	"\x1aSIDE_EFFECT_STATE_POSSIBLE\x10\x02\x12\x1f\n" +
 	"\x1bSIDE_EFFECT_STATE_CONFIRMED\x10\x03\x12\x1d\n" +
-	"\x19SIDE_EFFECT_STATE_UNKNOWN\x10\x04*\x8a\x01\n" +
+	"\x19SIDE_EFFECT_STATE_UNKNOWN\x10\x04*\x9d\x01\n" +
 	"\bStrategy\x12\x18\n" +
 	"\x14STRATEGY_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTRATEGY_NONE\x10\x01\x12 \n" +
 	"\x1cSTRATEGY_EXPONENTIAL_BACKOFF\x10\x02\x12\x18\n" +
 	"\x14STRATEGY_RETRY_AFTER\x10\x03\x12\x15\n" +
-	"\x11STRATEGY_SCHEDULE\x10\x04*|\n" +
+	"\x11STRATEGY_SCHEDULE\x10\x04\x12\x11\n" +
+	"\rSTRATEGY_HOLD\x10\x05*|\n" +
 	"\bReadBack\x12\x19\n" +
 	"\x15READ_BACK_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18READ_BACK_EFFECT_PRESENT\x10\x01\x12\x1b\n" +
 	"\x17READ_BACK_EFFECT_ABSENT\x10\x02\x12\x1a\n" +
-	"\x16READ_BACK_INCONCLUSIVE\x10\x03*C\n" +
+	"\x16READ_BACK_INCONCLUSIVE\x10\x03*k\n" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSCOPE_REQUEST\x10\x01\x12\x10\n" +
-	"\fSCOPE_TENANT\x10\x022\x80\x02\n" +
+	"\fSCOPE_TENANT\x10\x02\x12\x14\n" +
+	"\x10SCOPE_DEPENDENCY\x10\x03\x12\x10\n" +
+	"\fSCOPE_METHOD\x10\x042\xf6\x04\n" +
 	"\x14RetryDecisionService\x12C\n" +
 	"\bClassify\x12\x1a.retryd.v1.ClassifyRequest\x1a\x1b.retryd.v1.ClassifyResponse\x12R\n" +
 	"\rClassifyBatch\x12\x1f.retryd.v1.ClassifyBatchRequest\x1a .retryd.v1.ClassifyBatchResponse\x12O\n" +
-	"\fListCatalogs\x12\x1e.retryd.v1.ListCatalogsRequest\x1a\x1f.retryd.v1.ListCatalogsResponseBI\n" +
+	"\fListCatalogs\x12\x1e.retryd.v1.ListCatalogsRequest\x1a\x1f.retryd.v1.ListCatalogsResponse\x12:\n" +
+	"\x05Admit\x12\x17.retryd.v1.AdmitRequest\x1a\x18.retryd.v1.AdmitResponse\x12U\n" +
+	"\x0eReportOutcomes\x12 .retryd.v1.ReportOutcomesRequest\x1a!.retryd.v1.ReportOutcomesResponse\x12F\n" +
+	"\tListHolds\x12\x1b.retryd.v1.ListHoldsRequest\x1a\x1c.retryd.v1.ListHoldsResponse\x12L\n" +
+	"\vReleaseHold\x12\x1d.retryd.v1.ReleaseHoldRequest\x1a\x1e.retryd.v1.ReleaseHoldResponse\x12K\n" +
+	"\n" +
+	"WatchHolds\x12\x1c.retryd.v1.WatchHoldsRequest\x1a\x1d.retryd.v1.WatchHoldsResponse0\x01BI\n" +
 	"\rdev.retryd.v1P\x01Z6github.com/retryd/retryd/examples/go/retrydv1;retrydv1b\x06proto3"
 
 var (
@@ -2155,82 +3375,123 @@ func file_retryd_v1_retryd_proto_rawDescGZIP() []byte {
 	return file_retryd_v1_retryd_proto_rawDescData
 }
 
-var file_retryd_v1_retryd_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_retryd_v1_retryd_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_retryd_v1_retryd_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_retryd_v1_retryd_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_retryd_v1_retryd_proto_goTypes = []any{
-	(OperationKind)(0),            // 0: retryd.v1.OperationKind
-	(Verdict)(0),                  // 1: retryd.v1.Verdict
-	(TargetReached)(0),            // 2: retryd.v1.TargetReached
-	(SideEffectState)(0),          // 3: retryd.v1.SideEffectState
-	(Strategy)(0),                 // 4: retryd.v1.Strategy
-	(ReadBack)(0),                 // 5: retryd.v1.ReadBack
-	(Scope)(0),                    // 6: retryd.v1.Scope
-	(*ClassifyRequest)(nil),       // 7: retryd.v1.ClassifyRequest
-	(*ClassifyResponse)(nil),      // 8: retryd.v1.ClassifyResponse
-	(*ClassifyBatchRequest)(nil),  // 9: retryd.v1.ClassifyBatchRequest
-	(*ClassifyBatchResponse)(nil), // 10: retryd.v1.ClassifyBatchResponse
-	(*BatchResult)(nil),           // 11: retryd.v1.BatchResult
-	(*BatchSummary)(nil),          // 12: retryd.v1.BatchSummary
-	(*ListCatalogsRequest)(nil),   // 13: retryd.v1.ListCatalogsRequest
-	(*ListCatalogsResponse)(nil),  // 14: retryd.v1.ListCatalogsResponse
-	(*Catalog)(nil),               // 15: retryd.v1.Catalog
-	(*Backoff)(nil),               // 16: retryd.v1.Backoff
-	(*CatalogCode)(nil),           // 17: retryd.v1.CatalogCode
-	(*CatalogRule)(nil),           // 18: retryd.v1.CatalogRule
-	(*Failure)(nil),               // 19: retryd.v1.Failure
-	(*Decision)(nil),              // 20: retryd.v1.Decision
-	(*RetryContract)(nil),         // 21: retryd.v1.RetryContract
-	(*status.Status)(nil),         // 22: google.rpc.Status
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(HoldEventKind)(0),             // 0: retryd.v1.HoldEventKind
+	(HoldKind)(0),                  // 1: retryd.v1.HoldKind
+	(OperationKind)(0),             // 2: retryd.v1.OperationKind
+	(Verdict)(0),                   // 3: retryd.v1.Verdict
+	(TargetReached)(0),             // 4: retryd.v1.TargetReached
+	(SideEffectState)(0),           // 5: retryd.v1.SideEffectState
+	(Strategy)(0),                  // 6: retryd.v1.Strategy
+	(ReadBack)(0),                  // 7: retryd.v1.ReadBack
+	(Scope)(0),                     // 8: retryd.v1.Scope
+	(*AdmitRequest)(nil),           // 9: retryd.v1.AdmitRequest
+	(*AdmitResponse)(nil),          // 10: retryd.v1.AdmitResponse
+	(*ReportOutcomesRequest)(nil),  // 11: retryd.v1.ReportOutcomesRequest
+	(*OutcomeCount)(nil),           // 12: retryd.v1.OutcomeCount
+	(*ReportOutcomesResponse)(nil), // 13: retryd.v1.ReportOutcomesResponse
+	(*ListHoldsRequest)(nil),       // 14: retryd.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),      // 15: retryd.v1.ListHoldsResponse
+	(*ReleaseHoldRequest)(nil),     // 16: retryd.v1.ReleaseHoldRequest
+	(*ReleaseHoldResponse)(nil),    // 17: retryd.v1.ReleaseHoldResponse
+	(*WatchHoldsRequest)(nil),      // 18: retryd.v1.WatchHoldsRequest
+	(*WatchHoldsResponse)(nil),     // 19: retryd.v1.WatchHoldsResponse
+	(*Hold)(nil),                   // 20: retryd.v1.Hold
+	(*ClassifyRequest)(nil),        // 21: retryd.v1.ClassifyRequest
+	(*ClassifyResponse)(nil),       // 22: retryd.v1.ClassifyResponse
+	(*ClassifyBatchRequest)(nil),   // 23: retryd.v1.ClassifyBatchRequest
+	(*ClassifyBatchResponse)(nil),  // 24: retryd.v1.ClassifyBatchResponse
+	(*BatchResult)(nil),            // 25: retryd.v1.BatchResult
+	(*BatchSummary)(nil),           // 26: retryd.v1.BatchSummary
+	(*ListCatalogsRequest)(nil),    // 27: retryd.v1.ListCatalogsRequest
+	(*ListCatalogsResponse)(nil),   // 28: retryd.v1.ListCatalogsResponse
+	(*Catalog)(nil),                // 29: retryd.v1.Catalog
+	(*Backoff)(nil),                // 30: retryd.v1.Backoff
+	(*CatalogCode)(nil),            // 31: retryd.v1.CatalogCode
+	(*CatalogRule)(nil),            // 32: retryd.v1.CatalogRule
+	(*Failure)(nil),                // 33: retryd.v1.Failure
+	(*Decision)(nil),               // 34: retryd.v1.Decision
+	(*RetryContract)(nil),          // 35: retryd.v1.RetryContract
+	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
+	(*status.Status)(nil),          // 37: google.rpc.Status
 }
 var file_retryd_v1_retryd_proto_depIdxs = []int32{
-	19, // 0: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
-	20, // 1: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
-	19, // 2: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
-	11, // 3: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
-	12, // 4: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
-	20, // 5: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
-	22, // 6: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
-	15, // 7: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
-	16, // 8: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
-	17, // 9: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
-	17, // 10: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
-	17, // 11: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
-	2,  // 12: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
-	1,  // 13: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
-	1,  // 14: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
-	1,  // 15: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
-	1,  // 16: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
-	18, // 17: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
-	18, // 18: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
-	18, // 19: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
-	18, // 20: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
-	1,  // 21: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
-	3,  // 22: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
-	6,  // 23: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
-	0,  // 24: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
-	23, // 25: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 26: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
-	21, // 27: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
-	1,  // 28: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
-	21, // 29: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
-	2,  // 30: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
-	0,  // 31: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
-	6,  // 32: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
-	4,  // 33: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
-	23, // 34: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 35: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
-	7,  // 36: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
-	9,  // 37: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
-	13, // 38: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
-	8,  // 39: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
-	10, // 40: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
-	14, // 41: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
-	39, // [39:42] is the sub-list for method output_type
-	36, // [36:39] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	2,  // 0: retryd.v1.AdmitRequest.operation:type_name -> retryd.v1.OperationKind
+	20, // 1: retryd.v1.AdmitResponse.hold:type_name -> retryd.v1.Hold
+	36, // 2: retryd.v1.AdmitResponse.retry_at:type_name -> google.protobuf.Timestamp
+	12, // 3: retryd.v1.ReportOutcomesRequest.counts:type_name -> retryd.v1.OutcomeCount
+	20, // 4: retryd.v1.ReportOutcomesResponse.hold:type_name -> retryd.v1.Hold
+	20, // 5: retryd.v1.ListHoldsResponse.holds:type_name -> retryd.v1.Hold
+	20, // 6: retryd.v1.ReleaseHoldResponse.hold:type_name -> retryd.v1.Hold
+	0,  // 7: retryd.v1.WatchHoldsResponse.kind:type_name -> retryd.v1.HoldEventKind
+	20, // 8: retryd.v1.WatchHoldsResponse.hold:type_name -> retryd.v1.Hold
+	8,  // 9: retryd.v1.Hold.scope:type_name -> retryd.v1.Scope
+	1,  // 10: retryd.v1.Hold.kind:type_name -> retryd.v1.HoldKind
+	36, // 11: retryd.v1.Hold.since:type_name -> google.protobuf.Timestamp
+	36, // 12: retryd.v1.Hold.until:type_name -> google.protobuf.Timestamp
+	33, // 13: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
+	34, // 14: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
+	33, // 15: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
+	25, // 16: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
+	26, // 17: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
+	34, // 18: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
+	37, // 19: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
+	29, // 20: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
+	30, // 21: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
+	31, // 22: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
+	31, // 23: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
+	31, // 24: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
+	4,  // 25: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
+	3,  // 26: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
+	3,  // 27: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
+	3,  // 28: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
+	3,  // 29: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
+	32, // 30: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
+	32, // 31: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
+	32, // 32: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
+	32, // 33: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
+	3,  // 34: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
+	5,  // 35: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
+	8,  // 36: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
+	1,  // 37: retryd.v1.CatalogRule.hold_kind:type_name -> retryd.v1.HoldKind
+	8,  // 38: retryd.v1.CatalogRule.hold_scope:type_name -> retryd.v1.Scope
+	2,  // 39: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
+	36, // 40: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
+	7,  // 41: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
+	35, // 42: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
+	36, // 43: retryd.v1.Failure.quota_resets_at:type_name -> google.protobuf.Timestamp
+	3,  // 44: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
+	35, // 45: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
+	4,  // 46: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
+	2,  // 47: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
+	8,  // 48: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
+	20, // 49: retryd.v1.Decision.hold:type_name -> retryd.v1.Hold
+	6,  // 50: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
+	36, // 51: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
+	5,  // 52: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
+	21, // 53: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
+	23, // 54: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
+	27, // 55: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
+	9,  // 56: retryd.v1.RetryDecisionService.Admit:input_type -> retryd.v1.AdmitRequest
+	11, // 57: retryd.v1.RetryDecisionService.ReportOutcomes:input_type -> retryd.v1.ReportOutcomesRequest
+	14, // 58: retryd.v1.RetryDecisionService.ListHolds:input_type -> retryd.v1.ListHoldsRequest
+	16, // 59: retryd.v1.RetryDecisionService.ReleaseHold:input_type -> retryd.v1.ReleaseHoldRequest
+	18, // 60: retryd.v1.RetryDecisionService.WatchHolds:input_type -> retryd.v1.WatchHoldsRequest
+	22, // 61: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
+	24, // 62: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
+	28, // 63: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
+	10, // 64: retryd.v1.RetryDecisionService.Admit:output_type -> retryd.v1.AdmitResponse
+	13, // 65: retryd.v1.RetryDecisionService.ReportOutcomes:output_type -> retryd.v1.ReportOutcomesResponse
+	15, // 66: retryd.v1.RetryDecisionService.ListHolds:output_type -> retryd.v1.ListHoldsResponse
+	17, // 67: retryd.v1.RetryDecisionService.ReleaseHold:output_type -> retryd.v1.ReleaseHoldResponse
+	19, // 68: retryd.v1.RetryDecisionService.WatchHolds:output_type -> retryd.v1.WatchHoldsResponse
+	61, // [61:69] is the sub-list for method output_type
+	53, // [53:61] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_retryd_v1_retryd_proto_init() }
@@ -2238,20 +3499,20 @@ func file_retryd_v1_retryd_proto_init() {
 	if File_retryd_v1_retryd_proto != nil {
 		return
 	}
-	file_retryd_v1_retryd_proto_msgTypes[4].OneofWrappers = []any{
+	file_retryd_v1_retryd_proto_msgTypes[16].OneofWrappers = []any{
 		(*BatchResult_Decision)(nil),
 		(*BatchResult_Error)(nil),
 	}
-	file_retryd_v1_retryd_proto_msgTypes[10].OneofWrappers = []any{}
-	file_retryd_v1_retryd_proto_msgTypes[12].OneofWrappers = []any{}
-	file_retryd_v1_retryd_proto_msgTypes[14].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[22].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[24].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_retryd_v1_retryd_proto_rawDesc), len(file_retryd_v1_retryd_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   15,
+			NumEnums:      9,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

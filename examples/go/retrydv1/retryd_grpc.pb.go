@@ -27,9 +27,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RetryDecisionService_Classify_FullMethodName      = "/retryd.v1.RetryDecisionService/Classify"
-	RetryDecisionService_ClassifyBatch_FullMethodName = "/retryd.v1.RetryDecisionService/ClassifyBatch"
-	RetryDecisionService_ListCatalogs_FullMethodName  = "/retryd.v1.RetryDecisionService/ListCatalogs"
+	RetryDecisionService_Classify_FullMethodName       = "/retryd.v1.RetryDecisionService/Classify"
+	RetryDecisionService_ClassifyBatch_FullMethodName  = "/retryd.v1.RetryDecisionService/ClassifyBatch"
+	RetryDecisionService_ListCatalogs_FullMethodName   = "/retryd.v1.RetryDecisionService/ListCatalogs"
+	RetryDecisionService_Admit_FullMethodName          = "/retryd.v1.RetryDecisionService/Admit"
+	RetryDecisionService_ReportOutcomes_FullMethodName = "/retryd.v1.RetryDecisionService/ReportOutcomes"
+	RetryDecisionService_ListHolds_FullMethodName      = "/retryd.v1.RetryDecisionService/ListHolds"
+	RetryDecisionService_ReleaseHold_FullMethodName    = "/retryd.v1.RetryDecisionService/ReleaseHold"
+	RetryDecisionService_WatchHolds_FullMethodName     = "/retryd.v1.RetryDecisionService/WatchHolds"
 )
 
 // RetryDecisionServiceClient is the client API for RetryDecisionService service.
@@ -56,6 +61,29 @@ type RetryDecisionServiceClient interface {
 	// The whole answer comes from one policy snapshot; policy_version says
 	// which. Errors: INVALID_ARGUMENT for a locale over its size limit.
 	ListCatalogs(ctx context.Context, in *ListCatalogsRequest, opts ...grpc.CallOption) (*ListCatalogsResponse, error)
+	// "May I call now?", asked before a call or a re-drive. Refused while a
+	// fleet hold covers the call (a tenant's quota stop, a dependency's pause
+	// or quarantine, a method's pause, an open circuit); an open circuit admits
+	// exactly one probe per probe interval across all replicas, with a
+	// probe_token to report its outcome. Errors: INVALID_ARGUMENT (with
+	// google.rpc.BadRequest naming the field) for an unknown catalog or a
+	// field over its size limit.
+	Admit(ctx context.Context, in *AdmitRequest, opts ...grpc.CallOption) (*AdmitResponse, error)
+	// Reports how calls ended: counts of first attempts, successes and
+	// unclassified failures per scope (batched by the caller; the fleet retry
+	// budget builds on them), and the outcome of an open circuit's probe. An
+	// ordinary success never closes a circuit; a probe's success does.
+	ReportOutcomes(ctx context.Context, in *ReportOutcomesRequest, opts ...grpc.CallOption) (*ReportOutcomesResponse, error)
+	// Lists the holds in force, filtered and paged. Tenant names are hashed
+	// (keyed) unless the caller is an operator.
+	ListHolds(ctx context.Context, in *ListHoldsRequest, opts ...grpc.CallOption) (*ListHoldsResponse, error)
+	// Lifts a hold now ("the allowance was raised"). Operators only:
+	// PERMISSION_DENIED otherwise; NOT_FOUND for an id not in force.
+	ReleaseHold(ctx context.Context, in *ReleaseHoldRequest, opts ...grpc.CallOption) (*ReleaseHoldResponse, error)
+	// Streams hold events: first the holds in force (as PLACED), then every
+	// placement, extension and lift. Ended with UNAVAILABLE when the server
+	// begins to drain. Tenant names are hashed unless the caller is an operator.
+	WatchHolds(ctx context.Context, in *WatchHoldsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchHoldsResponse], error)
 }
 
 type retryDecisionServiceClient struct {
@@ -96,6 +124,65 @@ func (c *retryDecisionServiceClient) ListCatalogs(ctx context.Context, in *ListC
 	return out, nil
 }
 
+func (c *retryDecisionServiceClient) Admit(ctx context.Context, in *AdmitRequest, opts ...grpc.CallOption) (*AdmitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdmitResponse)
+	err := c.cc.Invoke(ctx, RetryDecisionService_Admit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *retryDecisionServiceClient) ReportOutcomes(ctx context.Context, in *ReportOutcomesRequest, opts ...grpc.CallOption) (*ReportOutcomesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportOutcomesResponse)
+	err := c.cc.Invoke(ctx, RetryDecisionService_ReportOutcomes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *retryDecisionServiceClient) ListHolds(ctx context.Context, in *ListHoldsRequest, opts ...grpc.CallOption) (*ListHoldsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListHoldsResponse)
+	err := c.cc.Invoke(ctx, RetryDecisionService_ListHolds_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *retryDecisionServiceClient) ReleaseHold(ctx context.Context, in *ReleaseHoldRequest, opts ...grpc.CallOption) (*ReleaseHoldResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseHoldResponse)
+	err := c.cc.Invoke(ctx, RetryDecisionService_ReleaseHold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *retryDecisionServiceClient) WatchHolds(ctx context.Context, in *WatchHoldsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchHoldsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RetryDecisionService_ServiceDesc.Streams[0], RetryDecisionService_WatchHolds_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchHoldsRequest, WatchHoldsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RetryDecisionService_WatchHoldsClient = grpc.ServerStreamingClient[WatchHoldsResponse]
+
 // RetryDecisionServiceServer is the server API for RetryDecisionService service.
 // All implementations must embed UnimplementedRetryDecisionServiceServer
 // for forward compatibility.
@@ -120,6 +207,29 @@ type RetryDecisionServiceServer interface {
 	// The whole answer comes from one policy snapshot; policy_version says
 	// which. Errors: INVALID_ARGUMENT for a locale over its size limit.
 	ListCatalogs(context.Context, *ListCatalogsRequest) (*ListCatalogsResponse, error)
+	// "May I call now?", asked before a call or a re-drive. Refused while a
+	// fleet hold covers the call (a tenant's quota stop, a dependency's pause
+	// or quarantine, a method's pause, an open circuit); an open circuit admits
+	// exactly one probe per probe interval across all replicas, with a
+	// probe_token to report its outcome. Errors: INVALID_ARGUMENT (with
+	// google.rpc.BadRequest naming the field) for an unknown catalog or a
+	// field over its size limit.
+	Admit(context.Context, *AdmitRequest) (*AdmitResponse, error)
+	// Reports how calls ended: counts of first attempts, successes and
+	// unclassified failures per scope (batched by the caller; the fleet retry
+	// budget builds on them), and the outcome of an open circuit's probe. An
+	// ordinary success never closes a circuit; a probe's success does.
+	ReportOutcomes(context.Context, *ReportOutcomesRequest) (*ReportOutcomesResponse, error)
+	// Lists the holds in force, filtered and paged. Tenant names are hashed
+	// (keyed) unless the caller is an operator.
+	ListHolds(context.Context, *ListHoldsRequest) (*ListHoldsResponse, error)
+	// Lifts a hold now ("the allowance was raised"). Operators only:
+	// PERMISSION_DENIED otherwise; NOT_FOUND for an id not in force.
+	ReleaseHold(context.Context, *ReleaseHoldRequest) (*ReleaseHoldResponse, error)
+	// Streams hold events: first the holds in force (as PLACED), then every
+	// placement, extension and lift. Ended with UNAVAILABLE when the server
+	// begins to drain. Tenant names are hashed unless the caller is an operator.
+	WatchHolds(*WatchHoldsRequest, grpc.ServerStreamingServer[WatchHoldsResponse]) error
 	mustEmbedUnimplementedRetryDecisionServiceServer()
 }
 
@@ -138,6 +248,21 @@ func (UnimplementedRetryDecisionServiceServer) ClassifyBatch(context.Context, *C
 }
 func (UnimplementedRetryDecisionServiceServer) ListCatalogs(context.Context, *ListCatalogsRequest) (*ListCatalogsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCatalogs not implemented")
+}
+func (UnimplementedRetryDecisionServiceServer) Admit(context.Context, *AdmitRequest) (*AdmitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Admit not implemented")
+}
+func (UnimplementedRetryDecisionServiceServer) ReportOutcomes(context.Context, *ReportOutcomesRequest) (*ReportOutcomesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportOutcomes not implemented")
+}
+func (UnimplementedRetryDecisionServiceServer) ListHolds(context.Context, *ListHoldsRequest) (*ListHoldsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListHolds not implemented")
+}
+func (UnimplementedRetryDecisionServiceServer) ReleaseHold(context.Context, *ReleaseHoldRequest) (*ReleaseHoldResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseHold not implemented")
+}
+func (UnimplementedRetryDecisionServiceServer) WatchHolds(*WatchHoldsRequest, grpc.ServerStreamingServer[WatchHoldsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchHolds not implemented")
 }
 func (UnimplementedRetryDecisionServiceServer) mustEmbedUnimplementedRetryDecisionServiceServer() {}
 func (UnimplementedRetryDecisionServiceServer) testEmbeddedByValue()                              {}
@@ -214,6 +339,89 @@ func _RetryDecisionService_ListCatalogs_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RetryDecisionService_Admit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdmitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RetryDecisionServiceServer).Admit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RetryDecisionService_Admit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RetryDecisionServiceServer).Admit(ctx, req.(*AdmitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RetryDecisionService_ReportOutcomes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportOutcomesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RetryDecisionServiceServer).ReportOutcomes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RetryDecisionService_ReportOutcomes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RetryDecisionServiceServer).ReportOutcomes(ctx, req.(*ReportOutcomesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RetryDecisionService_ListHolds_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListHoldsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RetryDecisionServiceServer).ListHolds(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RetryDecisionService_ListHolds_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RetryDecisionServiceServer).ListHolds(ctx, req.(*ListHoldsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RetryDecisionService_ReleaseHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseHoldRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RetryDecisionServiceServer).ReleaseHold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RetryDecisionService_ReleaseHold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RetryDecisionServiceServer).ReleaseHold(ctx, req.(*ReleaseHoldRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RetryDecisionService_WatchHolds_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchHoldsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RetryDecisionServiceServer).WatchHolds(m, &grpc.GenericServerStream[WatchHoldsRequest, WatchHoldsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RetryDecisionService_WatchHoldsServer = grpc.ServerStreamingServer[WatchHoldsResponse]
+
 // RetryDecisionService_ServiceDesc is the grpc.ServiceDesc for RetryDecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -233,7 +441,29 @@ var RetryDecisionService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListCatalogs",
 			Handler:    _RetryDecisionService_ListCatalogs_Handler,
 		},
+		{
+			MethodName: "Admit",
+			Handler:    _RetryDecisionService_Admit_Handler,
+		},
+		{
+			MethodName: "ReportOutcomes",
+			Handler:    _RetryDecisionService_ReportOutcomes_Handler,
+		},
+		{
+			MethodName: "ListHolds",
+			Handler:    _RetryDecisionService_ListHolds_Handler,
+		},
+		{
+			MethodName: "ReleaseHold",
+			Handler:    _RetryDecisionService_ReleaseHold_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchHolds",
+			Handler:       _RetryDecisionService_WatchHolds_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "retryd/v1/retryd.proto",
 }

@@ -235,8 +235,14 @@ mod tests {
         assert_eq!(utc.next_after(at("2026-12-01T00:00:00Z")), at("2026-12-02T00:00:00Z"));
         let moscow = daily("00:00", "Europe/Moscow");
         // 22:30 UTC is 01:30 in Moscow: the next local midnight is 21:00 UTC next day.
-        assert_eq!(moscow.next_after(at("2026-11-30T22:30:00Z")), at("2026-12-01T21:00:00Z"));
-        assert_eq!(moscow.next_after(at("2026-11-30T20:00:00Z")), at("2026-11-30T21:00:00Z"));
+        assert_eq!(
+            moscow.next_after(at("2026-11-30T22:30:00Z")),
+            at("2026-12-01T21:00:00Z")
+        );
+        assert_eq!(
+            moscow.next_after(at("2026-11-30T20:00:00Z")),
+            at("2026-11-30T21:00:00Z")
+        );
     }
 
     #[test]
@@ -248,7 +254,10 @@ mod tests {
         // 02:30 does not exist on 2026-03-08 in New York: the reset moves forward, it is not skipped.
         let gap = daily("02:30", "America/New_York");
         let next = gap.next_after(at("2026-03-08T05:00:00Z"));
-        assert!(next > at("2026-03-08T05:00:00Z") && next <= at("2026-03-08T08:00:00Z"), "{next:?}");
+        assert!(
+            next > at("2026-03-08T05:00:00Z") && next <= at("2026-03-08T08:00:00Z"),
+            "{next:?}"
+        );
     }
 
     #[test]
@@ -260,12 +269,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(rolling.next_after(UnixMillis(0)), UnixMillis(3_600_000));
-        assert!(compile_quota(&QuotaSource {
-            resets_at: Some("24:00".into()),
-            time_zone: Some("Mars/Olympus".into()),
-            period_ms: None,
-        })
-        .is_err_and(|e| e.len() == 2));
+        assert!(
+            compile_quota(&QuotaSource {
+                resets_at: Some("24:00".into()),
+                time_zone: Some("Mars/Olympus".into()),
+                period_ms: None,
+            })
+            .is_err_and(|e| e.len() == 2)
+        );
     }
 
     #[test]
@@ -277,7 +288,10 @@ mod tests {
             probe_every_ms: Some(5_000),
         })
         .unwrap();
-        assert_eq!((ok.scope, ok.kind, ok.probe_every_ms), (HoldScope::Dependency, HoldKind::CircuitOpen, 5_000));
+        assert_eq!(
+            (ok.scope, ok.kind, ok.probe_every_ms),
+            (HoldScope::Dependency, HoldKind::CircuitOpen, 5_000)
+        );
         let bad = compile_hold(&HoldSource {
             scope: "planet".into(),
             kind: "pause".into(),

@@ -6,7 +6,7 @@ use toml::de::{DeTable, DeValue};
 
 /// The 1-based line of the deepest part of `path` that exists in `text`.
 pub fn line_of_key(text: &str, path: &str) -> Option<usize> {
-    let root = DeTable::parse(text).ok()?;
+    let (root, _) = DeTable::parse_recoverable(text);
     let mut table: &DeTable<'_> = root.get_ref();
     let mut found: Option<usize> = None;
     for segment in path.split('.') {
@@ -31,6 +31,40 @@ pub fn line_of_key(text: &str, path: &str) -> Option<usize> {
         }
     }
     found.map(|offset| line_of(text, offset))
+}
+
+/// The path of the last key that starts on 1-based line `line` (for naming
+/// where a syntax error is), e.g. `codes[2].read`.
+pub fn key_on_line(root: &DeTable<'_>, text: &str, line: usize) -> Option<String> {
+    let mut found = None;
+    visit(root, "", text, line, &mut found);
+    found.map(|(_, path)| path)
+}
+
+fn visit(table: &DeTable<'_>, parent: &str, text: &str, line: usize, found: &mut Option<(usize, String)>) {
+    for (key, value) in table.iter() {
+        let name = key.get_ref().as_ref();
+        let path = if parent.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{parent}.{name}")
+        };
+        let start = key.span().start;
+        if line_of(text, start) == line && found.as_ref().is_none_or(|(s, _)| start >= *s) {
+            *found = Some((start, path.clone()));
+        }
+        match value.get_ref() {
+            DeValue::Table(t) => visit(t, &path, text, line, found),
+            DeValue::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let DeValue::Table(t) = item.get_ref() {
+                        visit(t, &format!("{path}[{i}]"), text, line, found);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The 1-based line of byte `offset`.

@@ -9,6 +9,7 @@ pub mod source;
 
 pub use compile::{CatalogError, compile_catalog};
 pub use holds::{HoldRule, QuotaReset};
+pub use locate::line_of_key;
 
 use rustc_hash::FxHashMap;
 
@@ -174,6 +175,17 @@ impl Catalog {
     /// The entry for `code` or one of its aliases (case-sensitive).
     pub fn lookup(&self, code: &str) -> Option<&CodeEntry> {
         self.index.get(code).map(|&i| &self.codes[i])
+    }
+
+    /// The spelling (code or alias) that `code` matches only when ASCII case
+    /// is ignored, for a "did you mean" warning; lookups stay case-sensitive.
+    /// A scan: it runs only for unknown codes.
+    pub fn lookup_ignore_case(&self, code: &str) -> Option<&str> {
+        self.codes
+            .iter()
+            .flat_map(|e| std::iter::once(&e.code).chain(e.aliases.iter()))
+            .find(|spelling| spelling.eq_ignore_ascii_case(code))
+            .map(|s| &**s)
     }
 
     /// Every known code, in file order.

@@ -22,6 +22,20 @@ pub(super) fn plan<'a>(
     now: UnixMillis,
     warnings: &mut Warnings,
 ) -> Option<HoldPlan<'a>> {
+    let cap = entry.max_delay_ms;
+    let end = match h.kind {
+        HoldKind::Pause | HoldKind::Quarantine => retry_after.or(h.hold_ms).map(|ms| now.plus_ms(ms)),
+        HoldKind::QuotaStop => failure
+            .quota_resets_at
+            .filter(|at| *at > now)
+            .or_else(|| catalog.quota.as_ref().map(|q| q.next_after(now)))
+            .or_else(|| retry_after.or(h.hold_ms).map(|ms| now.plus_ms(ms))),
+        HoldKind::CircuitOpen => Some(now.plus_ms(cap)),
+    }
+    // A zero wait (a Retry-After in the past) holds nobody.
+    .filter(|end| *end > now)?;
+    // Only a hold that would be placed needs its key: warn then, not for
+    // every failure of a code that places holds.
     let subject = match h.scope {
         HoldScope::Tenant if failure.tenant.is_empty() => {
             warnings.add(Warning::HoldNeedsTenant);
@@ -36,16 +50,6 @@ pub(super) fn plan<'a>(
         HoldScope::Method if failure.method.is_empty() => return None,
         HoldScope::Method => failure.method,
     };
-    let cap = entry.max_delay_ms;
-    let end = match h.kind {
-        HoldKind::Pause | HoldKind::Quarantine => retry_after.or(h.hold_ms).map(|ms| now.plus_ms(ms)),
-        HoldKind::QuotaStop => failure
-            .quota_resets_at
-            .filter(|at| *at > now)
-            .or_else(|| catalog.quota.as_ref().map(|q| q.next_after(now)))
-            .or_else(|| retry_after.or(h.hold_ms).map(|ms| now.plus_ms(ms))),
-        HoldKind::CircuitOpen => Some(now.plus_ms(cap)),
-    }?;
     let until = if now.ms_until(end) > cap {
         warnings.add(Warning::DelayCapped);
         now.plus_ms(cap)
@@ -59,7 +63,11 @@ pub(super) fn plan<'a>(
         dependency: failure.dependency,
         subject,
         until,
-        probe_every_ms: if h.kind == HoldKind::CircuitOpen { h.probe_every_ms } else { 0 },
+        probe_every_ms: if h.kind == HoldKind::CircuitOpen {
+            h.probe_every_ms
+        } else {
+            0
+        },
         code: failure.code,
         rule: &rule.id,
         reason: rule.reason.get(Locale::En),

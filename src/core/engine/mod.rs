@@ -59,7 +59,12 @@ pub fn decide_held<'a>(
         "" => (catalog.no_envelope(), false),
         code => match catalog.lookup(code) {
             Some(entry) => (entry, true),
-            None => (catalog.unknown(), false),
+            None => {
+                if let Some(spelling) = catalog.lookup_ignore_case(code) {
+                    warnings.add_code_case_mismatch(spelling);
+                }
+                (catalog.unknown(), false)
+            }
         },
     };
     let attempt = if failure.attempt == 0 {
@@ -73,7 +78,10 @@ pub fn decide_held<'a>(
     let rule = entry.rule(operation, attempt, retry_after.is_some());
     let hold_plan = rule.hold.as_ref().and_then(|h| {
         let plan = holds::plan(h, catalog, entry, rule, failure, retry_after, now, &mut warnings);
-        plan.map(|p| HoldPlan { code: if known_code { &entry.code } else { failure.code }, ..p })
+        plan.map(|p| HoldPlan {
+            code: if known_code { &entry.code } else { failure.code },
+            ..p
+        })
     });
 
     let locale = match Locale::parse(failure.locale) {
@@ -258,7 +266,7 @@ impl<'a> Draft<'a> {
     }
 
     /// The dependency's advice can only make the answer more careful.
-    fn apply_upstream(&mut self, up: &RetryContract<'a>, warnings: &mut Warnings) {
+    fn apply_upstream(&mut self, up: &RetryContract<'a>, warnings: &mut Warnings<'a>) {
         if up.side_effect_state > self.side_effect && up.side_effect_state != SideEffectState::Confirmed {
             self.side_effect = up.side_effect_state;
         }
@@ -325,7 +333,7 @@ fn capped(ms: u64, cap: u64, warnings: &mut Warnings) -> u64 {
 }
 
 /// The larger of the raw and the pre-parsed Retry-After, if any.
-fn retry_after_ms(failure: &Failure<'_>, now: UnixMillis, warnings: &mut Warnings) -> Option<u64> {
+fn retry_after_ms(failure: &Failure<'_>, now: UnixMillis, warnings: &mut Warnings<'_>) -> Option<u64> {
     let raw = if failure.retry_after.trim().is_empty() {
         None
     } else {

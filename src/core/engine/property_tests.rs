@@ -8,6 +8,7 @@ use proptest::prelude::{
 use super::matrix_tests::{NOW, assert_contract_consistent, policy};
 use super::*;
 use crate::core::model::{Failure, Operation};
+use crate::core::warnings::Warning;
 
 /// The seed's consumer algorithm (ASC 0.1 `should_retry`), verbatim in Rust.
 fn should_retry(code: &str, d: &Decision<'_>, operation_is_idempotent: bool) -> bool {
@@ -198,13 +199,29 @@ proptest! {
         let d = decide(p, &f, NOW).unwrap();
         if d.retry.retryable {
             let ra = crate::core::retry_after::parse_retry_after(&i.retry_after, NOW);
+            // A floor up to the catalog's one cap, which a longer delay
+            // meets with a warning: the caller is never told more than it.
+            let cap = p.catalog(d.catalog).unwrap().max_delay_ms;
             if let Some(ra) = ra.into_iter().chain(i.retry_after_ms).max() {
-                prop_assert!(d.retry.after_ms >= ra, "{i:?} → {d:?}");
+                prop_assert!(d.retry.after_ms >= ra.min(cap), "{i:?} → {d:?}");
+                prop_assert!(ra <= cap || d.warnings.contains(Warning::DelayCapped), "{i:?} → {d:?}");
             }
             if let Some((_, _, up_after, _, _)) = i.upstream {
-                prop_assert!(d.retry.after_ms >= up_after);
+                prop_assert!(d.retry.after_ms >= up_after.min(cap));
             }
         }
+    }
+
+    /// Every delay is within the catalog's cap, and nothing above 2^63-1 reaches the wire.
+    #[test]
+    fn every_delay_is_capped(i in input()) {
+        let p = policy();
+        let f = failure(&i);
+        let d = decide(p, &f, NOW).unwrap();
+        let cap = p.catalog(d.catalog).unwrap().max_delay_ms;
+        prop_assert!(d.retry.after_ms <= cap && d.retry.max_after_ms <= cap, "{i:?} → {d:?}");
+        prop_assert!(d.retry.max_after_ms >= d.retry.after_ms);
+        prop_assert!(i64::try_from(d.retry.max_after_ms).is_ok());
     }
 
     /// Rule 5: limits and deadlines bound every retry.

@@ -612,3 +612,39 @@ fn policy_version_is_a_content_hash() {
     let d = run(&changed, read("QUEUE_OVERFLOW"));
     assert_eq!(d.policy_version, changed.version());
 }
+
+#[test]
+fn a_code_in_another_case_is_unknown_with_a_warning_naming_the_catalog_code() {
+    let p = policy();
+    let d = run(p, write("bitrix_timeout"));
+    assert!(!d.known_code, "codes stay case-sensitive");
+    assert_eq!(d.rule, "vibecode/unknown/write");
+    assert!(d.warnings.contains(Warning::CodeCaseMismatch));
+    let texts: Vec<String> = d.warnings.texts().map(|t| t.to_string()).collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("code_case_mismatch: did you mean BITRIX_TIMEOUT?")),
+        "{texts:?}"
+    );
+    // an alias is named as spelled in the catalog
+    let d = run(
+        p,
+        Failure {
+            catalog: "asc",
+            ..write("asc-6005")
+        },
+    );
+    assert_eq!(d.warnings.case_match(), Some("ASC-6005"));
+    // an exact code, or one that matches nothing, has no such warning
+    assert!(
+        !run(p, write("BITRIX_TIMEOUT"))
+            .warnings
+            .contains(Warning::CodeCaseMismatch)
+    );
+    assert!(
+        !run(p, write("NO_SUCH_CODE"))
+            .warnings
+            .contains(Warning::CodeCaseMismatch)
+    );
+}

@@ -97,12 +97,20 @@ impl HoldKey {
 
     /// The tenant, for a tenant hold.
     pub fn tenant(&self) -> &str {
-        if self.scope == HoldScope::Tenant { &self.subject } else { "" }
+        if self.scope == HoldScope::Tenant {
+            &self.subject
+        } else {
+            ""
+        }
     }
 
     /// The method, for a method hold.
     pub fn method(&self) -> &str {
-        if self.scope == HoldScope::Method { &self.subject } else { "" }
+        if self.scope == HoldScope::Method {
+            &self.subject
+        } else {
+            ""
+        }
     }
 }
 

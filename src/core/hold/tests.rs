@@ -43,7 +43,10 @@ fn frontspin_rate_limited_stops_the_tenant_until_the_next_midnight() {
     };
     let plan = decide(&p, &f, NOW).unwrap().hold_plan.expect("a quota stop");
     assert_eq!((plan.scope, plan.kind), (HoldScope::Tenant, HoldKind::QuotaStop));
-    assert_eq!((plan.catalog, plan.dependency, plan.subject), ("frontspin", "frontspin-eu", "acme"));
+    assert_eq!(
+        (plan.catalog, plan.dependency, plan.subject),
+        ("frontspin", "frontspin-eu", "acme")
+    );
     assert_eq!(plan.until, UnixMillis::parse_rfc3339("2026-12-01T00:00:00Z").unwrap());
     assert_eq!(plan.rule, "frontspin/RATE_LIMITED/write");
 
@@ -112,14 +115,27 @@ fn quarantine_pause_and_circuit_come_from_the_catalog() {
         decide(&p, &f, NOW).unwrap().hold_plan
     };
     let q = plan("TIMEOUT_QUARANTINE", "30").expect("quarantine");
-    assert_eq!((q.scope, q.kind, q.until), (HoldScope::Dependency, HoldKind::Quarantine, NOW.plus_ms(30_000)));
+    assert_eq!(
+        (q.scope, q.kind, q.until),
+        (HoldScope::Dependency, HoldKind::Quarantine, NOW.plus_ms(30_000))
+    );
     // Without a Retry-After its length is unknown: no hold.
     assert!(plan("TIMEOUT_QUARANTINE", "").is_none());
     let m = plan("OPERATION_TIME_LIMIT", "12").expect("method pause");
-    assert_eq!((m.scope, m.kind, m.subject), (HoldScope::Method, HoldKind::Pause, "crm.deal.list"));
+    assert_eq!(
+        (m.scope, m.kind, m.subject),
+        (HoldScope::Method, HoldKind::Pause, "crm.deal.list")
+    );
     let c = plan("ERROR_LOOP_DETECTED", "").expect("circuit");
-    assert_eq!((c.scope, c.kind, c.probe_every_ms), (HoldScope::Dependency, HoldKind::CircuitOpen, 30_000));
-    assert_eq!(c.until, NOW.plus_ms(25 * 3_600_000), "an open circuit lasts until the cap");
+    assert_eq!(
+        (c.scope, c.kind, c.probe_every_ms),
+        (HoldScope::Dependency, HoldKind::CircuitOpen, 30_000)
+    );
+    assert_eq!(
+        c.until,
+        NOW.plus_ms(25 * 3_600_000),
+        "an open circuit lasts until the cap"
+    );
     // Codes that place nothing.
     assert!(plan("BITRIX_TIMEOUT", "5").is_none());
 }
@@ -187,7 +203,11 @@ fn holds_only_extend_and_small_extensions_are_not_worth_announcing() {
     let h = hold(HoldKind::Pause, 0, 100_000, 0);
     let now = UnixMillis(50_000);
     assert_eq!(merge(None, UnixMillis(10), now), Merge::Place);
-    assert_eq!(merge(Some(&h), UnixMillis(90_000), now), Merge::Keep, "shorter never shortens");
+    assert_eq!(
+        merge(Some(&h), UnixMillis(90_000), now),
+        Merge::Keep,
+        "shorter never shortens"
+    );
     // 10 % of a 100 s hold is 10 s: 5 s more is kept, 11 s more extends.
     assert_eq!(merge(Some(&h), UnixMillis(105_000), now), Merge::Keep);
     assert_eq!(merge(Some(&h), UnixMillis(111_000), now), Merge::Extend);
@@ -216,13 +236,21 @@ fn admit_refuses_under_a_hold_and_spaces_probes() {
     assert_eq!(admit(&[], UnixMillis(5), never), Admission::Admitted);
     assert_eq!(
         admit(&[&pause], UnixMillis(5), never),
-        Admission::Refused { retry_at: UnixMillis(10_000) }
+        Admission::Refused {
+            retry_at: UnixMillis(10_000)
+        }
     );
-    assert_eq!(admit(&[&pause], UnixMillis(10_000), never), Admission::Admitted, "ended");
+    assert_eq!(
+        admit(&[&pause], UnixMillis(10_000), never),
+        Admission::Admitted,
+        "ended"
+    );
     // Before the first slot: refused until it opens.
     assert_eq!(
         admit(&[&circuit], UnixMillis(29_999), never),
-        Admission::Refused { retry_at: UnixMillis(30_000) }
+        Admission::Refused {
+            retry_at: UnixMillis(30_000)
+        }
     );
     // Slot 1 at 30 s, slot 2 at 60 s.
     assert_eq!(
@@ -231,7 +259,9 @@ fn admit_refuses_under_a_hold_and_spaces_probes() {
     );
     assert_eq!(
         admit(&[&circuit], UnixMillis(59_999), |_, n| n == 1),
-        Admission::Refused { retry_at: UnixMillis(60_000) }
+        Admission::Refused {
+            retry_at: UnixMillis(60_000)
+        }
     );
     assert_eq!(
         admit(&[&circuit], UnixMillis(61_000), |_, n| n == 1),
@@ -242,7 +272,9 @@ fn admit_refuses_under_a_hold_and_spaces_probes() {
     let long_pause = hold(HoldKind::Pause, 0, 45_000, 0);
     assert_eq!(
         admit(&[&circuit, &long_pause], UnixMillis(30_000), never),
-        Admission::Refused { retry_at: UnixMillis(45_000) }
+        Admission::Refused {
+            retry_at: UnixMillis(45_000)
+        }
     );
 }
 
@@ -250,7 +282,14 @@ fn admit_refuses_under_a_hold_and_spaces_probes() {
 fn probe_tokens_name_their_circuit() {
     let t = probe_token("abc.def", 7, 0xfeed);
     assert_eq!(probe_token_hold(&t), Some("abc.def"));
-    for bad in ["", "x", "id.1", "id.x.0000000000000001", ".1.0000000000000001", "id.1.zz"] {
+    for bad in [
+        "",
+        "x",
+        "id.1",
+        "id.x.0000000000000001",
+        ".1.0000000000000001",
+        "id.1.zz",
+    ] {
         assert_eq!(probe_token_hold(bad), None, "{bad:?}");
     }
 }

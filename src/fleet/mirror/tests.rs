@@ -33,8 +33,14 @@ fn a_hold_only_extends_and_events_follow_what_happened() {
     let first = m.place(&plan(HoldScope::Dependency, "p", "", 60_000), NOW, &mut id);
     assert!(matches!(first, Placed::New(ref h) if h.id == "id1"));
     // Shorter, and barely longer (< 10 %): kept as it is, no event.
-    assert!(matches!(m.place(&plan(HoldScope::Dependency, "p", "", 30_000), NOW, &mut id), Placed::Kept(_)));
-    assert!(matches!(m.place(&plan(HoldScope::Dependency, "p", "", 61_000), NOW, &mut id), Placed::Kept(_)));
+    assert!(matches!(
+        m.place(&plan(HoldScope::Dependency, "p", "", 30_000), NOW, &mut id),
+        Placed::Kept(_)
+    ));
+    assert!(matches!(
+        m.place(&plan(HoldScope::Dependency, "p", "", 61_000), NOW, &mut id),
+        Placed::Kept(_)
+    ));
     let ext = m.place(&plan(HoldScope::Dependency, "p", "", 120_000), NOW, &mut id);
     assert!(matches!(ext, Placed::Extended(ref h) if h.id == "id1" && h.until == NOW.plus_ms(120_000)));
     let kinds: Vec<_> = std::iter::from_fn(|| events.try_recv().ok()).map(|e| e.kind).collect();
@@ -58,17 +64,33 @@ fn at_the_cap_tenant_holds_go_first_and_never_make_room_by_dropping_a_dependency
     m.place(&plan(HoldScope::Tenant, "p1", "old", 60_000), NOW, &mut id);
     m.place(&plan(HoldScope::Tenant, "p1", "new", 60_000), NOW.plus_ms(1), &mut id);
     // A dependency hold evicts the oldest-placed tenant hold.
-    assert!(matches!(m.place(&plan(HoldScope::Dependency, "p2", "", 60_000), NOW, &mut id), Placed::New(_)));
-    assert!(m.covering("vibecode", "p1", "old", "", NOW).iter().all(|h| h.key.scope != HoldScope::Tenant));
+    assert!(matches!(
+        m.place(&plan(HoldScope::Dependency, "p2", "", 60_000), NOW, &mut id),
+        Placed::New(_)
+    ));
+    assert!(
+        m.covering("vibecode", "p1", "old", "", NOW)
+            .iter()
+            .all(|h| h.key.scope != HoldScope::Tenant)
+    );
     assert_eq!(m.evicted(), 1);
     // A tenant hold evicts the remaining tenant hold...
-    assert!(matches!(m.place(&plan(HoldScope::Tenant, "p1", "third", 60_000), NOW, &mut id), Placed::New(_)));
+    assert!(matches!(
+        m.place(&plan(HoldScope::Tenant, "p1", "third", 60_000), NOW, &mut id),
+        Placed::New(_)
+    ));
     assert_eq!(m.evicted(), 2);
     m.place(&plan(HoldScope::Dependency, "p3", "", 60_000), NOW, &mut id);
     // ...but with only dependency holds left, a tenant hold is refused.
-    assert_eq!(m.place(&plan(HoldScope::Tenant, "p1", "fourth", 60_000), NOW, &mut id), Placed::Full);
     assert_eq!(
-        m.snapshot(NOW).iter().filter(|h| h.key.scope == HoldScope::Dependency).count(),
+        m.place(&plan(HoldScope::Tenant, "p1", "fourth", 60_000), NOW, &mut id),
+        Placed::Full
+    );
+    assert_eq!(
+        m.snapshot(NOW)
+            .iter()
+            .filter(|h| h.key.scope == HoldScope::Dependency)
+            .count(),
         3
     );
 }
@@ -84,17 +106,29 @@ fn remote_holds_merge_later_wins_and_resync_returns_what_the_store_lacks() {
     remote.id = "remote".into();
     remote.until = NOW.plus_ms(30_000);
     m.apply_remote(remote.clone(), NOW);
-    assert_eq!(m.get("id1", NOW).map(|h| h.until), Some(NOW.plus_ms(60_000)), "an earlier end never wins");
+    assert_eq!(
+        m.get("id1", NOW).map(|h| h.until),
+        Some(NOW.plus_ms(60_000)),
+        "an earlier end never wins"
+    );
     remote.until = NOW.plus_ms(90_000);
     m.apply_remote(remote.clone(), NOW);
-    assert_eq!(m.get("remote", NOW).map(|h| h.until), Some(NOW.plus_ms(90_000)), "the stored id is adopted");
+    assert_eq!(
+        m.get("remote", NOW).map(|h| h.until),
+        Some(NOW.plus_ms(90_000)),
+        "the stored id is adopted"
+    );
     assert!(m.get("id1", NOW).is_none());
 
     let Placed::New(only_local) = m.place(&plan(HoldScope::Tenant, "p", "acme", 60_000), NOW, &mut id) else {
         panic!("placed")
     };
     let missing = m.resync(vec![remote], NOW);
-    assert_eq!(missing, vec![only_local], "the hold placed while the store was away is written through");
+    assert_eq!(
+        missing,
+        vec![only_local],
+        "the hold placed while the store was away is written through"
+    );
 }
 
 #[test]

@@ -1,0 +1,331 @@
+//! `retryd holds list|release|watch`: the fleet's holds, from a running server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio_stream::StreamExt as _;
+use tonic::Request;
+use tonic::transport::Channel;
+
+use crate::core::UnixMillis;
+use crate::grpc::convert::millis_from_timestamp;
+use crate::grpc::pb::{self, retry_decision_service_client::RetryDecisionServiceClient};
+
+/// Exit code: bad arguments or files.
+const EXIT_USAGE: u8 = 2;
+/// Exit code: the server could not be reached or refused the call.
+const EXIT_FAILED: u8 = 1;
+
+/// Where the server is and how to reach it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// The server.
+    #[arg(long, env = "RETRYD_ADDR", default_value = "http://127.0.0.1:50051")]
+    pub addr: String,
+    /// Time allowed for connecting and for each call (not for a watch), e.g. `5s`.
+    #[arg(long, default_value = "5s", value_parser = crate::server::config::parse_duration)]
+    pub timeout: Duration,
+    /// The operator's bearer token, read from this file (release; tenants in clear).
+    #[arg(long, env = "RETRYD_OPERATOR_TOKEN_FILE", value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// Connect with TLS (implied by `https://` and by any other `--tls-*` flag).
+    #[arg(long, default_value_t = false)]
+    pub tls: bool,
+    /// CA certificate(s) (PEM) to verify the server with.
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS; needs `--tls-key`.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The name to verify the server's certificate against.
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+/// Which holds.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Filter {
+    /// Only this catalog.
+    #[arg(long, default_value = "")]
+    pub catalog: String,
+    /// Only this dependency instance.
+    #[arg(long, default_value = "")]
+    pub dependency: String,
+    /// Only this tenant.
+    #[arg(long, default_value = "")]
+    pub tenant: String,
+}
+
+/// `retryd holds …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum HoldsCommand {
+    /// List the holds in force, ending soonest first.
+    List {
+        /// The server.
+        #[command(flatten)]
+        conn: Connection,
+        /// Which holds.
+        #[command(flatten)]
+        filter: Filter,
+        /// `text` (a line per hold) or `json` (a JSON object per line).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        format: String,
+    },
+    /// Lift a hold now (operators only: `--token-file` or an operator's client certificate).
+    Release {
+        /// The server.
+        #[command(flatten)]
+        conn: Connection,
+        /// The hold's id (from `holds list`).
+        id: String,
+    },
+    /// Print hold events as they happen: the holds in force first, then
+    /// every placement, extension and lift, until interrupted.
+    Watch {
+        /// The server.
+        #[command(flatten)]
+        conn: Connection,
+        /// Which holds.
+        #[command(flatten)]
+        filter: Filter,
+        /// `text` or `json`.
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        format: String,
+    },
+}
+
+/// Runs `retryd holds …`: 0 on success, 1 when the server fails the call, 2 on bad arguments.
+pub fn run(cmd: HoldsCommand) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("retryd holds: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    ExitCode::from(runtime.block_on(execute(cmd)))
+}
+
+async fn execute(cmd: HoldsCommand) -> u8 {
+    let conn = match &cmd {
+        HoldsCommand::List { conn, .. } | HoldsCommand::Release { conn, .. } | HoldsCommand::Watch { conn, .. } => {
+            conn.clone()
+        }
+    };
+    let token = match &conn.token_file {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(t) => Some(t.trim().to_owned()),
+            Err(e) => {
+                eprintln!("retryd holds: --token-file {}: {e}", p.display());
+                return EXIT_USAGE;
+            }
+        },
+        None => None,
+    };
+    let mut client = match connect(&conn).await {
+        Ok(c) => c,
+        Err((code, e)) => {
+            eprintln!("retryd holds: {e}");
+            return code;
+        }
+    };
+    let failed = |s: tonic::Status| {
+        eprintln!("retryd holds: {:?}: {}", s.code(), s.message());
+        EXIT_FAILED
+    };
+    match cmd {
+        HoldsCommand::List { filter, format, .. } => {
+            let mut page_token = String::new();
+            loop {
+                let req = authorized(
+                    pb::ListHoldsRequest {
+                        catalog: filter.catalog.clone(),
+                        dependency: filter.dependency.clone(),
+                        tenant: filter.tenant.clone(),
+                        page_size: 1_000,
+                        page_token,
+                    },
+                    token.as_deref(),
+                );
+                let resp = match tokio::time::timeout(conn.timeout, client.list_holds(req)).await {
+                    Ok(Ok(r)) => r.into_inner(),
+                    Ok(Err(s)) => return failed(s),
+                    Err(_) => return failed(tonic::Status::deadline_exceeded("no answer in time")),
+                };
+                for h in &resp.holds {
+                    println!("{}", render(None, h, &format));
+                }
+                if resp.next_page_token.is_empty() {
+                    return 0;
+                }
+                page_token = resp.next_page_token;
+            }
+        }
+        HoldsCommand::Release { id, .. } => {
+            match tokio::time::timeout(
+                conn.timeout,
+                client.release_hold(authorized(pb::ReleaseHoldRequest { id }, token.as_deref())),
+            )
+            .await
+            {
+                Ok(Ok(r)) => {
+                    if let Some(h) = r.into_inner().hold {
+                        println!("released {}", render(None, &h, "text"));
+                    }
+                    0
+                }
+                Ok(Err(s)) => failed(s),
+                Err(_) => failed(tonic::Status::deadline_exceeded("no answer in time")),
+            }
+        }
+        HoldsCommand::Watch { filter, format, .. } => {
+            let req = authorized(
+                pb::WatchHoldsRequest {
+                    catalog: filter.catalog,
+                    dependency: filter.dependency,
+                    tenant: filter.tenant,
+                },
+                token.as_deref(),
+            );
+            let mut stream = match client.watch_holds(req).await {
+                Ok(s) => s.into_inner(),
+                Err(s) => return failed(s),
+            };
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(ev) => {
+                        if let Some(h) = &ev.hold {
+                            println!("{}", render(Some(ev.kind()), h, &format));
+                        }
+                    }
+                    Err(s) => return failed(s),
+                }
+            }
+            0
+        }
+    }
+}
+
+/// `msg` with the operator's token, if any.
+fn authorized<T>(msg: T, token: Option<&str>) -> Request<T> {
+    let mut req = Request::new(msg);
+    if let Some(v) = token.and_then(|t| format!("Bearer {t}").parse().ok()) {
+        req.metadata_mut().insert("authorization", v);
+    }
+    req
+}
+
+async fn connect(conn: &Connection) -> Result<RetryDecisionServiceClient<Channel>, (u8, String)> {
+    let tls = conn.tls
+        || conn.addr.starts_with("https://")
+        || conn.tls_ca.is_some()
+        || conn.tls_cert.is_some()
+        || conn.tls_server_name.is_some();
+    let endpoint = crate::server::health_probe::endpoint(&conn.addr, conn.timeout, tls)
+        .map_err(|e| (EXIT_USAGE, format!("--addr {:?}: {e}", conn.addr)))?
+        // A watch lives as long as the user wants: no per-call timeout on the channel.
+        .timeout(Duration::from_secs(365 * 24 * 3600));
+    let endpoint = if tls {
+        let config = crate::server::tls::client_config(
+            conn.tls_ca.as_deref(),
+            conn.tls_cert.as_deref(),
+            conn.tls_key.as_deref(),
+            conn.tls_server_name.as_deref(),
+        )
+        .map_err(|e| (EXIT_USAGE, e.to_string()))?;
+        endpoint
+            .tls_config(config)
+            .map_err(|e| (EXIT_USAGE, format!("TLS settings: {e}")))?
+    } else {
+        endpoint
+    };
+    match tokio::time::timeout(conn.timeout, endpoint.connect()).await {
+        Ok(Ok(ch)) => Ok(RetryDecisionServiceClient::new(ch)),
+        Ok(Err(e)) => Err((EXIT_FAILED, format!("cannot connect to {}: {e}", conn.addr))),
+        Err(_) => Err((EXIT_FAILED, format!("timed out connecting to {}", conn.addr))),
+    }
+}
+
+fn kind_word(k: pb::HoldKind) -> &'static str {
+    match k {
+        pb::HoldKind::Pause => "pause",
+        pb::HoldKind::QuotaStop => "quota_stop",
+        pb::HoldKind::Quarantine => "quarantine",
+        pb::HoldKind::CircuitOpen => "circuit_open",
+        pb::HoldKind::Unspecified => "unspecified",
+    }
+}
+
+fn scope_word(s: pb::Scope) -> &'static str {
+    match s {
+        pb::Scope::Tenant => "tenant",
+        pb::Scope::Dependency => "dependency",
+        pb::Scope::Method => "method",
+        pb::Scope::Request | pb::Scope::Unspecified => "request",
+    }
+}
+
+fn event_word(k: pb::HoldEventKind) -> &'static str {
+    match k {
+        pb::HoldEventKind::Placed => "placed",
+        pb::HoldEventKind::Extended => "extended",
+        pb::HoldEventKind::Lifted => "lifted",
+        pb::HoldEventKind::Unspecified => "unspecified",
+    }
+}
+
+fn instant(t: &Option<prost_types::Timestamp>) -> String {
+    t.as_ref()
+        .map(|t| millis_from_timestamp(t).to_rfc3339())
+        .unwrap_or_default()
+}
+
+/// One hold (with its event, for a watch) as a line of text or JSON.
+fn render(event: Option<pb::HoldEventKind>, h: &pb::Hold, format: &str) -> String {
+    if format == "json" {
+        let mut v = serde_json::json!({
+            "id": h.id,
+            "catalog": h.catalog,
+            "dependency": h.dependency,
+            "tenant": h.tenant,
+            "method": h.method,
+            "scope": scope_word(h.scope()),
+            "kind": kind_word(h.kind()),
+            "since": instant(&h.since),
+            "until": instant(&h.until),
+            "code": h.code,
+            "rule": h.rule,
+            "reason": h.reason,
+        });
+        if let (Some(e), Some(obj)) = (event, v.as_object_mut()) {
+            obj.insert("event".to_owned(), serde_json::Value::from(event_word(e)));
+        }
+        return v.to_string();
+    }
+    let left = h
+        .until
+        .as_ref()
+        .map(|u| UnixMillis::now().ms_until(millis_from_timestamp(u)) / 1000)
+        .unwrap_or_default();
+    let subject = match h.scope() {
+        pb::Scope::Tenant => format!(" tenant={}", h.tenant),
+        pb::Scope::Method => format!(" method={}", h.method),
+        _ => String::new(),
+    };
+    format!(
+        "{}{} {} {}/{}{} until {} ({left} s left) code={} rule={}",
+        event.map(|e| format!("{} ", event_word(e))).unwrap_or_default(),
+        h.id,
+        kind_word(h.kind()),
+        h.catalog,
+        h.dependency,
+        subject,
+        instant(&h.until),
+        h.code,
+        h.rule
+    )
+}

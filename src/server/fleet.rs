@@ -1,0 +1,101 @@
+//! `retryd serve`'s fleet-memory flags and how they become a [`Fleet`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::fleet::{Fleet, FleetConfig, PlacementLimits};
+use crate::grpc::Operators;
+
+/// Where the holds live, and who may manage them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    /// Where fleet memory (holds) lives: `memory` (this replica only) or
+    /// `redis://host:port/db` / `rediss://…` (shared by every replica).
+    #[arg(long, env = "RETRYD_STATE", default_value = "memory")]
+    pub state: String,
+    /// Most holds kept; over it tenant holds are dropped first, oldest placed first.
+    #[arg(long, env = "RETRYD_MAX_HOLDS", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_holds: u32,
+    /// New holds one caller (mTLS identity, else peer address) may place per second.
+    #[arg(long, env = "RETRYD_HOLD_PLACEMENTS_PER_SEC", default_value_t = 50.0)]
+    pub hold_placements_per_sec: f64,
+    /// New dependency-wide or method holds one caller may place per second.
+    #[arg(long, env = "RETRYD_DEPENDENCY_HOLDS_PER_SEC", default_value_t = 5.0)]
+    pub dependency_holds_per_sec: f64,
+    /// A file holding the operators' bearer token (ReleaseHold, tenants in clear).
+    #[arg(long, env = "RETRYD_OPERATOR_TOKEN_FILE", value_name = "PATH")]
+    pub operator_token_file: Option<PathBuf>,
+    /// Client-certificate subjects (CN) or SANs that are operators under mTLS (comma-separated).
+    #[arg(long, env = "RETRYD_OPERATOR_IDENTITIES", value_delimiter = ',')]
+    pub operator_identities: Vec<String>,
+    /// Treat any caller on a loopback address as an operator (a sidecar proxy
+    /// arrives from loopback too: off by default).
+    #[arg(long, env = "RETRYD_OPERATOR_ALLOW_LOOPBACK", default_value_t = false)]
+    pub operator_allow_loopback: bool,
+    /// Key of the hash shown instead of tenant names to non-operators (a file;
+    /// give every replica the same one so dashboards agree). Default: random per process.
+    #[arg(long, env = "RETRYD_TENANT_HASH_KEY_FILE", value_name = "PATH")]
+    pub tenant_hash_key_file: Option<PathBuf>,
+}
+
+/// Builds the fleet memory and the operator rule from the flags. Must run
+/// inside the runtime (the Redis store starts its tasks).
+pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
+    for (flag, rate) in [
+        ("--hold-placements-per-sec", args.hold_placements_per_sec),
+        ("--dependency-holds-per-sec", args.dependency_holds_per_sec),
+    ] {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(format!("{flag}: must be a positive number, not {rate}"));
+        }
+    }
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim().to_owned())
+            .map_err(|e| format!("{flag}: {}: {e}", path.display()))
+    };
+    let token = match &args.operator_token_file {
+        Some(p) => {
+            let t = read("--operator-token-file", p)?;
+            if t.len() < 16 {
+                return Err("--operator-token-file: the token must be at least 16 characters".to_owned());
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    let tenant_hash_key = match &args.tenant_hash_key_file {
+        Some(p) => read("--tenant-hash-key-file", p)?.into_bytes(),
+        None => Vec::new(),
+    };
+    let config = FleetConfig {
+        max_holds: args.max_holds as usize,
+        limits: PlacementLimits {
+            per_sec: args.hold_placements_per_sec,
+            dependency_per_sec: args.dependency_holds_per_sec,
+        },
+        tenant_hash_key,
+    };
+    let state = args.state.trim();
+    let fleet = if state == "memory" {
+        Fleet::in_memory(config)
+    } else if state.starts_with("redis://") || state.starts_with("rediss://") {
+        let store = crate::fleet::redis::connect(state).map_err(|e| format!("--state: {e}"))?;
+        Fleet::new(config, store)
+    } else {
+        return Err(format!(
+            "--state: {state:?} is neither `memory` nor a redis:// or rediss:// URL"
+        ));
+    };
+    let operators = Operators {
+        token,
+        identities: args
+            .operator_identities
+            .iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        allow_loopback: args.operator_allow_loopback,
+    };
+    Ok((fleet, operators))
+}

@@ -1,0 +1,76 @@
+//! Fleet memory end to end: holds placed by decisions, Admit, WatchHolds,
+//! ListHolds and ReleaseHold over a real socket. Every scenario runs on two
+//! replicas: `--state memory` gives one server playing both roles (the same
+//! answers on one replica), `--state redis://…` two servers sharing a real
+//! redis-server (tests/fleet_redis_e2e.rs).
+
+mod fleet_support;
+mod grpc_support;
+#[path = "grpc_support/raw.rs"]
+mod raw;
+
+use fleet_support::scenarios;
+use grpc_support::{Server, TempDir};
+
+/// One `--state memory` server with an operator token and the fast-probe catalog.
+fn memory_server(dir: &TempDir) -> Server {
+    let args = scenarios::server_args(dir, "memory");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Server::start(&args)
+}
+
+#[tokio::test]
+async fn memory_quota_stop_refuses_the_tenant_until_released() {
+    let dir = scenarios::setup("quota");
+    let s = memory_server(&dir);
+    scenarios::quota_stop(&s, &s).await;
+}
+
+#[tokio::test]
+async fn memory_quarantine_refuses_every_tenant_of_the_dependency() {
+    let dir = scenarios::setup("quarantine");
+    let s = memory_server(&dir);
+    scenarios::quarantine(&s, &s).await;
+}
+
+#[tokio::test]
+async fn memory_circuit_admits_one_probe_per_interval_and_a_probe_closes_it() {
+    let dir = scenarios::setup("circuit");
+    let s = memory_server(&dir);
+    scenarios::circuit(&s, &s).await;
+}
+
+#[tokio::test]
+async fn memory_no_dependency_places_no_dependency_hold_and_absurd_delays_are_capped() {
+    let dir = scenarios::setup("generic");
+    let s = memory_server(&dir);
+    scenarios::generic_and_capped(&s, &s).await;
+}
+
+#[tokio::test]
+async fn memory_operators_only_release_and_see_tenants() {
+    let dir = scenarios::setup("operators");
+    let s = memory_server(&dir);
+    scenarios::operators(&s, &s).await;
+}
+
+#[tokio::test]
+async fn memory_bad_input_is_refused_naming_the_field_and_nothing_is_stored() {
+    let dir = scenarios::setup("bad");
+    let s = memory_server(&dir);
+    scenarios::bad_input(&s).await;
+}
+
+#[tokio::test]
+async fn memory_watch_holds_ends_unavailable_when_the_server_drains() {
+    let dir = scenarios::setup("drain");
+    let mut s = memory_server(&dir);
+    scenarios::watch_ends_on_drain(&mut s).await;
+}
+
+#[tokio::test]
+async fn a_server_without_fleet_flags_uses_memory_and_refuses_a_bad_state() {
+    let (status, log) = grpc_support::serve_expecting_exit(&["--state", "mysql://x"]);
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.contains("--state"), "{log}");
+}
