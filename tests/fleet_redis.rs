@@ -598,8 +598,15 @@ fn tls_files(dir: &std::path::Path) -> (Vec<u8>, std::path::PathBuf, std::path::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_with_a_private_ca_shares_holds() {
-    let dir = std::env::temp_dir().join(format!("retryd-redis-tls-{}", std::process::id()));
-    let (ca_pem, ca, cert, key) = tls_files(&dir);
+    /// Removed on drop, even when an assertion fails.
+    struct Dir(std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let dir = Dir(std::env::temp_dir().join(format!("retryd-redis-tls-{}", std::process::id())));
+    let (ca_pem, ca, cert, key) = tls_files(&dir.0);
     let tls_port = redis_support::free_port(false);
     let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
     let _redis = RedisServer::start_with(
@@ -650,7 +657,6 @@ async fn rediss_with_a_private_ca_shares_holds() {
         !stranger.store.connected() && stranger.store.errors() > 0,
         "connected to an untrusted certificate"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
