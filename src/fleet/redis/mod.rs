@@ -73,6 +73,23 @@ pub const STATE_CONNECTED: &str = "retryd_state_connected";
 /// Counter of writes not made: the queue was full, or the hold was too large.
 pub const STATE_DROPPED_WRITES_TOTAL: &str = "retryd_state_dropped_writes_total";
 
+/// Registers the HELP text of the store's metrics (call once where the
+/// exporter is set up).
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        STATE_ERRORS_TOTAL,
+        "Failed operations on the shared state store (connects, writes, probe slots); decisions go on from the replica's holds."
+    );
+    metrics::describe_gauge!(
+        STATE_CONNECTED,
+        "1 while the shared state store is connected and resynced, else 0."
+    );
+    metrics::describe_counter!(
+        STATE_DROPPED_WRITES_TOTAL,
+        "Hold writes to the shared state store dropped: queue full, or a hold over 8 KiB."
+    );
+}
+
 /// Lifts kept while Redis is unreachable, replayed on reconnect.
 const MAX_PENDING_LIFTS: usize = 1024;
 
