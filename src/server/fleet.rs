@@ -79,12 +79,15 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
     let state = args.state.trim();
     let fleet = if state == "memory" {
         Fleet::in_memory(config)
-    } else if state.starts_with("redis://") || state.starts_with("rediss://") {
+    } else if ["redis://", "rediss://", "redis+sentinel://", "rediss+sentinel://"]
+        .iter()
+        .any(|scheme| state.starts_with(scheme))
+    {
         let store = crate::fleet::redis::connect(state).map_err(|e| format!("--state: {e}"))?;
         Fleet::new(config, store)
     } else {
         return Err(format!(
-            "--state: {state:?} is neither `memory` nor a redis:// or rediss:// URL"
+            "--state: {state:?} is neither `memory` nor a redis://, rediss:// or redis+sentinel:// URL"
         ));
     };
     let operators = Operators {
