@@ -65,7 +65,9 @@ REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 # start NAME STATE: sets PID_NAME and ADDR_NAME.
 start() {
   local logf="$WORK/$1.log"
-  "$RETRYD" serve --listen 127.0.0.1:0 --metrics-listen off --state "$2" 2>"$logf" &
+  # Staleness places a new dependency-wide hold per sample: lift the per-caller rates.
+  "$RETRYD" serve --listen 127.0.0.1:0 --metrics-listen off --state "$2" \
+    --hold-placements-per-sec 100000 --dependency-holds-per-sec 100000 2>"$logf" &
   local pid=$!
   PIDS+=("$pid")
   local addr=""

@@ -8,10 +8,12 @@ mod fleet_support;
 mod grpc_support;
 #[path = "grpc_support/raw.rs"]
 mod raw;
+mod redis_support;
 
 use std::time::Duration;
 
-use fleet_support::{Redis, scenarios};
+use fleet_support::scenarios;
+use redis_support::RedisServer as Redis;
 use grpc_support::{Server, TempDir, eventually, failure};
 use retryd::grpc::pb;
 

@@ -9,8 +9,10 @@ use crate::grpc::Operators;
 /// Where the holds live, and who may manage them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FleetArgs {
-    /// Where fleet memory (holds) lives: `memory` (this replica only) or
-    /// `redis://host:port/db` / `rediss://…` (shared by every replica).
+    /// Where fleet memory (holds) lives: `memory` (this replica only), or
+    /// shared by every replica: `redis://[user:pass@]host:port[/db]`,
+    /// `rediss://…` (TLS), `redis://h1:p1,redis://h2:p2` (Cluster seeds),
+    /// `redis+sentinel://s1:26379,s2/<service>[/db]`.
     #[arg(long, env = "RETRYD_STATE", default_value = "memory")]
     pub state: String,
     /// Most holds kept; over it tenant holds are dropped first, oldest placed first.
