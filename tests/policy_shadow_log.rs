@@ -197,3 +197,40 @@ fn a_shadow_policy_that_does_not_load_exits_2() {
     assert_eq!(status.code(), Some(2), "{log}");
     assert!(log.contains("--shadow-policy") && log.contains("bad.toml:2"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shadow_policy_is_hot_reloaded() {
+    let dir = TempDir::new("shadow-reload");
+    let original = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/policies/vibecode.toml")).unwrap();
+    std::fs::write(dir.join("vibecode.toml"), &original).unwrap();
+    let server = Server::start(&["--shadow-policy", dir.as_str()]);
+    server.until_logged(&["shadow policy loaded", "listening on"]).await;
+    let mut client = server.client().await;
+    let request = pb::ClassifyRequest {
+        failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+        locale: String::new(),
+    };
+    client.classify(request.clone()).await.expect("classify");
+    std::fs::write(dir.join("vibecode.toml"), flipped_vibecode()).unwrap();
+    server.until_logged(&["shadow policy reload: applied"]).await;
+    client.classify(request).await.expect("classify");
+    let scrape = eventually(Duration::from_secs(10), "both decisions compared", || async {
+        let s = server.scrape();
+        (sample(&s, "retryd_shadow_decisions_total") == Some(2.0)).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        sample(
+            &scrape,
+            "retryd_shadow_disagreements_total{catalog=\"vibecode\",field=\"verdict\"}"
+        ),
+        Some(1.0),
+        "only the decision after the reload disagrees"
+    );
+    // the shadow's reload is not counted as the live policy's
+    assert_eq!(
+        sample(&scrape, "retryd_policy_reload_total{result=\"ok\"}"),
+        Some(0.0),
+        "{scrape}"
+    );
+}
