@@ -13,6 +13,8 @@ pub mod record;
 pub mod replay;
 pub mod test;
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::core::hold::{self, Hold};
@@ -25,7 +27,7 @@ use crate::core::{
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
     /// `retry_with_limit`, `state_verification_required`, ….
-    pub verdict: String,
+    pub verdict: Cow<'static, str>,
     /// ASC `safe`.
     pub safe: bool,
     /// ASC `retryable`.
@@ -35,11 +37,11 @@ pub struct Outcome {
     /// Top of the jitter window.
     pub max_after_ms: u64,
     /// How the delay was computed.
-    pub strategy: String,
+    pub strategy: Cow<'static, str>,
     /// The attempt budget.
     pub max_attempts: u32,
     /// `none`, `possible`, `confirmed`, `unknown`.
-    pub side_effect_state: String,
+    pub side_effect_state: Cow<'static, str>,
     /// Machine-readable action, if any.
     pub reconciliation_action: Option<String>,
     /// The transition needed before a retry, if any.
@@ -87,14 +89,14 @@ impl Outcome {
     /// The summary of `d`.
     pub fn of(d: &Decision<'_>) -> Outcome {
         Outcome {
-            verdict: d.verdict.as_str().to_owned(),
+            verdict: Cow::Borrowed(d.verdict.as_str()),
             safe: d.retry.safe,
             retryable: d.retry.retryable,
             after_ms: d.retry.after_ms,
             max_after_ms: d.retry.max_after_ms,
-            strategy: strategy_str(d.retry.strategy).to_owned(),
+            strategy: Cow::Borrowed(strategy_str(d.retry.strategy)),
             max_attempts: d.retry.max_attempts,
-            side_effect_state: side_effect_str(d.retry.side_effect_state).to_owned(),
+            side_effect_state: Cow::Borrowed(side_effect_str(d.retry.side_effect_state)),
             reconciliation_action: d.retry.reconciliation_action.map(str::to_owned),
             required_transition: d.required_transition.map(str::to_owned),
             terminal_state: d.terminal_state.map(|t| t.as_str().to_owned()),
@@ -108,14 +110,14 @@ impl Outcome {
     pub fn field(&self, field: &str) -> String {
         let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".to_owned());
         match field {
-            "verdict" => self.verdict.clone(),
+            "verdict" => self.verdict.to_string(),
             "safe" => self.safe.to_string(),
             "retryable" => self.retryable.to_string(),
             "after_ms" => self.after_ms.to_string(),
             "max_after_ms" => self.max_after_ms.to_string(),
-            "strategy" => self.strategy.clone(),
+            "strategy" => self.strategy.to_string(),
             "max_attempts" => self.max_attempts.to_string(),
-            "side_effect_state" => self.side_effect_state.clone(),
+            "side_effect_state" => self.side_effect_state.to_string(),
             "reconciliation_action" => opt(&self.reconciliation_action),
             "required_transition" => opt(&self.required_transition),
             "terminal_state" => opt(&self.terminal_state),

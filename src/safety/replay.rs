@@ -157,7 +157,7 @@ fn replay_one(record: &LogRecord, line: usize, policy: &Policy, report: &mut Rep
         entry.examples.push(Example {
             line,
             ts: record.ts.clone(),
-            operation: record.failure.operation.clone(),
+            operation: record.failure.operation.to_string(),
             attempt: record.failure.attempt,
             changes,
         });

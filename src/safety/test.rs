@@ -367,14 +367,14 @@ fn compare(e: &Expect, got: &Outcome, hold: Option<&Hold>) -> Vec<Mismatch> {
         }
     };
     let none = |o: &Option<String>| o.clone().unwrap_or_default();
-    check("verdict", e.verdict.clone(), got.verdict.clone());
+    check("verdict", e.verdict.clone(), got.verdict.to_string());
     check("safe", e.safe.map(|b| b.to_string()), got.safe.to_string());
     check(
         "retryable",
         e.retryable.map(|b| b.to_string()),
         got.retryable.to_string(),
     );
-    check("strategy", e.strategy.clone(), got.strategy.clone());
+    check("strategy", e.strategy.clone(), got.strategy.to_string());
     check(
         "max_attempts",
         e.max_attempts.map(|n| n.to_string()),
@@ -383,7 +383,7 @@ fn compare(e: &Expect, got: &Outcome, hold: Option<&Hold>) -> Vec<Mismatch> {
     check(
         "side_effect_state",
         e.side_effect_state.clone(),
-        got.side_effect_state.clone(),
+        got.side_effect_state.to_string(),
     );
     check(
         "reconciliation_action",

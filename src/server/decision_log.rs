@@ -9,11 +9,13 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use super::tap::DecisionEvent;
-use crate::safety::record::{FORMAT_VERSION, Hasher, LogRecord, LoggedFailure, logged_hold};
+use crate::safety::record::{FORMAT_VERSION, Hasher, logged_hold};
+#[cfg(doc)]
+use crate::safety::record::{LogRecord, LoggedFailure};
 
 /// Counter of lines written.
 pub const DECISION_LOG_LINES_TOTAL: &str = "retryd_decision_log_lines_total";
@@ -35,26 +37,89 @@ pub struct LogConfig {
     pub hasher: Hasher,
 }
 
-/// The line for `ev`.
+/// The line for `ev` (serialized from borrowed parts: no copy of the event).
 pub fn line(ev: &DecisionEvent, hasher: &Hasher) -> String {
-    let mut failure: LoggedFailure = ev.failure.clone();
-    failure.tenant = hasher.hash(&failure.tenant);
-    failure.idempotency_key = hasher.hash(&failure.idempotency_key);
-    failure.request_id = hasher.hash(&failure.request_id);
-    if let Some(up) = failure.upstream.as_mut() {
-        up.idempotency_key = up.idempotency_key.as_deref().map(|k| hasher.hash(k));
-    }
-    let record = LogRecord {
+    let mut buf = Vec::new();
+    write_line(ev, hasher, &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// Appends the line for `ev` (without the newline) to `buf`.
+pub fn write_line(ev: &DecisionEvent, hasher: &Hasher, buf: &mut Vec<u8>) {
+    let f = &ev.failure;
+    let upstream = f.upstream.as_ref().map(|u| {
+        let mut u = u.clone();
+        u.idempotency_key = u.idempotency_key.as_deref().map(|k| hasher.hash(k));
+        u
+    });
+    let out = LineOut {
         v: FORMAT_VERSION,
         ts: ev.now.to_rfc3339(),
         ts_ms: ev.now.0,
-        policy_version: ev.policy_version.clone(),
+        policy_version: &ev.policy_version,
         hashed: hasher.is_keyed(),
-        failure,
-        decision: ev.decision.clone(),
+        failure: FailureOut {
+            catalog: &f.catalog,
+            code: &f.code,
+            operation: &f.operation,
+            method: &f.method,
+            attempt: f.attempt,
+            max_attempts: f.max_attempts,
+            retry_after: &f.retry_after,
+            retry_after_ms: f.retry_after_ms,
+            deadline_ms: f.deadline_ms,
+            idempotency_key: hasher.hash(&f.idempotency_key),
+            idempotency_key_enforced: f.idempotency_key_enforced,
+            read_back: &f.read_back,
+            cannot_verify_effect: f.cannot_verify_effect,
+            request_id: hasher.hash(&f.request_id),
+            tenant: hasher.hash(&f.tenant),
+            locale: &f.locale,
+            dependency: &f.dependency,
+            quota_resets_at_ms: f.quota_resets_at_ms,
+            upstream,
+        },
+        decision: &ev.decision,
         hold: ev.hold.as_ref().map(|h| logged_hold(h, hasher)),
     };
-    serde_json::to_string(&record).unwrap_or_default()
+    let _ = serde_json::to_writer(buf, &out);
+}
+
+/// [`LogRecord`] as written: the same fields, borrowed from the event.
+#[derive(serde::Serialize)]
+struct LineOut<'a> {
+    v: u32,
+    ts: String,
+    ts_ms: i64,
+    policy_version: &'a str,
+    hashed: bool,
+    failure: FailureOut<'a>,
+    decision: &'a crate::safety::Outcome,
+    hold: Option<crate::core::hold::Hold>,
+}
+
+/// [`LoggedFailure`] as written, personal values hashed.
+#[derive(serde::Serialize)]
+struct FailureOut<'a> {
+    catalog: &'a str,
+    code: &'a str,
+    operation: &'a str,
+    method: &'a str,
+    attempt: u32,
+    max_attempts: u32,
+    retry_after: &'a str,
+    retry_after_ms: Option<u64>,
+    deadline_ms: Option<i64>,
+    idempotency_key: String,
+    idempotency_key_enforced: bool,
+    read_back: &'a str,
+    cannot_verify_effect: bool,
+    request_id: String,
+    tenant: String,
+    locale: &'a str,
+    dependency: &'a str,
+    quota_resets_at_ms: Option<i64>,
+    upstream: Option<crate::safety::record::LoggedContract>,
 }
 
 enum Sink {
@@ -86,55 +151,80 @@ fn open(path: &PathBuf) -> std::io::Result<Sink> {
     })
 }
 
-fn run(config: &LogConfig, mut sink: Sink, rx: &Receiver<Arc<DecisionEvent>>) {
-    let mut warned: Option<Instant> = None;
-    let mut fail = |what: &str, e: &std::io::Error| {
+fn run(config: &LogConfig, sink: Sink, rx: &Receiver<Arc<DecisionEvent>>) {
+    let writer = std::cell::RefCell::new(Writer {
+        config,
+        sink,
+        warned: None,
+        lines: metrics::counter!(DECISION_LOG_LINES_TOTAL),
+        pending: 0,
+        text: Vec::with_capacity(2048),
+    });
+    super::tap::consume(
+        rx,
+        |ev| writer.borrow_mut().write(ev),
+        // Nothing waiting: make what was written visible, then wait.
+        || writer.borrow_mut().flush(),
+    );
+}
+
+struct Writer<'c> {
+    config: &'c LogConfig,
+    sink: Sink,
+    warned: Option<Instant>,
+    lines: metrics::Counter,
+    /// Lines written since the counter was last updated.
+    pending: u64,
+    text: Vec<u8>,
+}
+
+impl Writer<'_> {
+    fn fail(&mut self, what: &str, e: &std::io::Error) {
         metrics::counter!(DECISION_LOG_ERRORS_TOTAL).increment(1);
-        if warned.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
-            warned = Some(Instant::now());
+        if self.warned.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+            self.warned = Some(Instant::now());
             tracing::warn!(error = %e, "decision log: {what} failed");
         }
-    };
-    let mut next = rx.recv().ok();
-    while let Some(ev) = next {
-        let mut text = line(&ev, &config.hasher);
-        text.push('\n');
-        let result = match &mut sink {
-            Sink::Stderr(err) => err.write_all(text.as_bytes()),
+    }
+
+    fn write(&mut self, ev: &DecisionEvent) {
+        self.text.clear();
+        write_line(ev, &self.config.hasher, &mut self.text);
+        self.text.push(b'\n');
+        let result = match &mut self.sink {
+            Sink::Stderr(err) => err.write_all(&self.text),
             Sink::File { out, written } => {
-                *written += text.len() as u64;
-                out.write_all(text.as_bytes())
+                *written += self.text.len() as u64;
+                out.write_all(&self.text)
             }
         };
         match result {
-            Ok(()) => metrics::counter!(DECISION_LOG_LINES_TOTAL).increment(1),
-            Err(e) => fail("write", &e),
-        }
-        if let (Sink::File { written, .. }, Some(path)) = (&sink, &config.path) {
-            if *written >= config.max_bytes {
-                if let Err(e) = flush(&mut sink) {
-                    fail("flush", &e);
+            Ok(()) => {
+                self.pending += 1;
+                if self.pending >= 1024 {
+                    self.lines.increment(std::mem::take(&mut self.pending));
                 }
-                match rotate(path, config.keep).and_then(|()| open(path)) {
-                    Ok(fresh) => sink = fresh,
-                    Err(e) => fail("rotation", &e),
+            }
+            Err(e) => self.fail("write", &e),
+        }
+        if let (Sink::File { written, .. }, Some(path)) = (&self.sink, &self.config.path) {
+            if *written >= self.config.max_bytes {
+                if let Err(e) = flush(&mut self.sink) {
+                    self.fail("flush", &e);
+                }
+                match rotate(path, self.config.keep).and_then(|()| open(path)) {
+                    Ok(fresh) => self.sink = fresh,
+                    Err(e) => self.fail("rotation", &e),
                 }
             }
         }
-        next = match rx.try_recv() {
-            Ok(ev) => Some(ev),
-            Err(TryRecvError::Empty) => {
-                // Nothing waiting: make what was written visible, then wait.
-                if let Err(e) = flush(&mut sink) {
-                    fail("flush", &e);
-                }
-                rx.recv().ok()
-            }
-            Err(TryRecvError::Disconnected) => None,
-        };
     }
-    if let Err(e) = flush(&mut sink) {
-        fail("flush", &e);
+
+    fn flush(&mut self) {
+        self.lines.increment(std::mem::take(&mut self.pending));
+        if let Err(e) = flush(&mut self.sink) {
+            self.fail("flush", &e);
+        }
     }
 }
 
@@ -170,6 +260,7 @@ mod tests {
     use super::*;
     use crate::core::UnixMillis;
     use crate::safety::Outcome;
+    use crate::safety::record::LoggedFailure;
 
     fn event() -> DecisionEvent {
         let policy = crate::core::Policy::embedded().expect("policy");

@@ -45,50 +45,63 @@ pub fn spawn(shadow: PolicyHandle, rx: Receiver<Arc<DecisionEvent>>) -> std::io:
 fn run(shadow: &PolicyHandle, rx: &Receiver<Arc<DecisionEvent>>) {
     let mut last_logged: Option<Instant> = None;
     let mut unlogged = 0u64;
-    while let Ok(ev) = rx.recv() {
-        let policy = shadow.load();
-        metrics::counter!(SHADOW_DECISIONS_TOTAL).increment(1);
-        let (shadow_outcome, changes) = match compare(&policy, &ev) {
-            Ok((o, c)) => (Some(o), c),
-            Err(e) => (
-                None,
-                vec![FieldChange {
-                    field: "undecidable".to_owned(),
-                    old: ev.decision.verdict.clone(),
-                    new: e,
-                }],
-            ),
-        };
-        if changes.is_empty() {
-            continue;
-        }
-        for c in &changes {
-            let field = crate::safety::FIELDS
-                .iter()
-                .find(|f| **f == c.field)
-                .copied()
-                .unwrap_or("undecidable");
-            metrics::counter!(SHADOW_DISAGREEMENTS_TOTAL, "catalog" => ev.catalog.clone(), "field" => field)
-                .increment(1);
-        }
-        if last_logged.is_some_and(|t| t.elapsed() < LOG_EVERY) {
-            unlogged += 1;
-            continue;
-        }
-        last_logged = Some(Instant::now());
-        let fields: Vec<&str> = changes.iter().map(|c| c.field.as_str()).collect();
-        tracing::info!(
-            catalog = %ev.catalog,
-            code = %ev.failure.code,
-            operation = %ev.failure.operation,
-            attempt = ev.failure.attempt,
-            fields = %fields.join(","),
-            live = %serde_json::to_string(&ev.decision).unwrap_or_default(),
-            shadow = %shadow_outcome.map(|o| serde_json::to_string(&o).unwrap_or_default()).unwrap_or_default(),
-            shadow_policy_version = %policy.version(),
-            not_logged_since = unlogged,
-            "shadow policy disagrees"
-        );
-        unlogged = 0;
+    let decided = metrics::counter!(SHADOW_DECISIONS_TOTAL);
+    // Counted in steps, not one atomic add per decision.
+    let pending = std::cell::Cell::new(0u64);
+    super::tap::consume(
+        rx,
+        |ev| {
+            pending.set(pending.get() + 1);
+            if pending.get() >= 1024 {
+                decided.increment(pending.take());
+            }
+            compare_one(shadow, ev, &mut last_logged, &mut unlogged);
+        },
+        || decided.increment(pending.take()),
+    );
+}
+
+fn compare_one(shadow: &PolicyHandle, ev: &DecisionEvent, last_logged: &mut Option<Instant>, unlogged: &mut u64) {
+    let policy = shadow.load();
+    let (shadow_outcome, changes) = match compare(&policy, ev) {
+        Ok((o, c)) => (Some(o), c),
+        Err(e) => (
+            None,
+            vec![FieldChange {
+                field: "undecidable".to_owned(),
+                old: ev.decision.verdict.to_string(),
+                new: e,
+            }],
+        ),
+    };
+    if changes.is_empty() {
+        return;
     }
+    for c in &changes {
+        let field = crate::safety::FIELDS
+            .iter()
+            .find(|f| **f == c.field)
+            .copied()
+            .unwrap_or("undecidable");
+        metrics::counter!(SHADOW_DISAGREEMENTS_TOTAL, "catalog" => ev.catalog.clone(), "field" => field).increment(1);
+    }
+    if last_logged.is_some_and(|t| t.elapsed() < LOG_EVERY) {
+        *unlogged += 1;
+        return;
+    }
+    *last_logged = Some(Instant::now());
+    let fields: Vec<&str> = changes.iter().map(|c| c.field.as_str()).collect();
+    tracing::info!(
+        catalog = %ev.catalog,
+        code = %ev.failure.code,
+        operation = %ev.failure.operation,
+        attempt = ev.failure.attempt,
+        fields = %fields.join(","),
+        live = %serde_json::to_string(&ev.decision).unwrap_or_default(),
+        shadow = %shadow_outcome.map(|o| serde_json::to_string(&o).unwrap_or_default()).unwrap_or_default(),
+        shadow_policy_version = %policy.version(),
+        not_logged_since = *unlogged,
+        "shadow policy disagrees"
+    );
+    *unlogged = 0;
 }

@@ -5,7 +5,8 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
+use std::time::Duration;
 
 use crate::core::hold::Hold;
 use crate::core::{Decision, Failure, UnixMillis};
@@ -49,6 +50,31 @@ impl Lane {
     pub fn offer(&self, event: Arc<DecisionEvent>) {
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.tx.try_send(event) {
             metrics::counter!(self.dropped).increment(1);
+        }
+    }
+}
+
+/// How long a consumer sleeps when its queue is empty. The consumers poll
+/// instead of blocking in `recv`, so a call's `offer` never has to wake a
+/// sleeping thread (a futex call and a context switch per decision, the
+/// largest cost measured); events wait at most this long.
+pub const POLL: Duration = Duration::from_millis(5);
+
+/// Runs `each` on every event of `rx`, in batches: when the queue is empty
+/// `idle` runs (flush) and the thread sleeps [`POLL`]. Returns when every
+/// sender is gone and the queue is drained.
+pub fn consume(rx: &Receiver<Arc<DecisionEvent>>, mut each: impl FnMut(&DecisionEvent), mut idle: impl FnMut()) {
+    loop {
+        match rx.try_recv() {
+            Ok(ev) => each(&ev),
+            Err(TryRecvError::Empty) => {
+                idle();
+                std::thread::sleep(POLL);
+            }
+            Err(TryRecvError::Disconnected) => {
+                idle();
+                return;
+            }
         }
     }
 }
