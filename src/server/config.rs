@@ -51,6 +51,33 @@ pub struct ServeArgs {
     /// instead of being queued; 0 means no limit.
     #[arg(long, env = "RETRYD_MAX_CONCURRENT_CALLS", default_value_t = DEFAULT_MAX_CONCURRENT_CALLS)]
     pub max_concurrent_calls: u32,
+    /// Most calls one connection may have in flight (its share of
+    /// `--max-concurrent-calls`); over it, that connection's calls are
+    /// answered RESOURCE_EXHAUSTED. 0 means no limit of its own.
+    #[arg(long, env = "RETRYD_MAX_CALLS_PER_CONNECTION", default_value_t = 256)]
+    pub max_calls_per_connection: u32,
+    /// Most bytes of requests being read and answers not yet taken by their
+    /// clients, over all connections; a call that would go over it is
+    /// answered RESOURCE_EXHAUSTED. Accepts `64MiB`, `512KiB` or bytes; 0
+    /// means no limit.
+    #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
+    pub max_buffered_bytes: u64,
+    /// The same for one connection (its share of `--max-buffered-bytes`).
+    #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES_PER_CONNECTION", default_value = "16MiB", value_parser = parse_bytes)]
+    pub max_buffered_bytes_per_connection: u64,
+    /// Most HTTP/2 streams one connection may have open at once (advertised
+    /// in SETTINGS; a client wanting more waits on its side).
+    #[arg(long, env = "RETRYD_MAX_STREAMS_PER_CONNECTION", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams_per_connection: u32,
+    /// Time a call's request message has to arrive whole after its headers;
+    /// a call still waiting is answered DEADLINE_EXCEEDED. A call takes a
+    /// slot only once its request is in.
+    #[arg(long, env = "RETRYD_FIRST_MESSAGE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub first_message_timeout: Duration,
+    /// An answer its client reads nothing of for this long is dropped and
+    /// its stream reset, giving back its memory and call slot.
+    #[arg(long, env = "RETRYD_STALL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub stall_timeout: Duration,
     /// Serve TLS with this certificate chain (PEM, leaf first); needs `--tls-key`.
     #[arg(long, env = "RETRYD_TLS_CERT", value_name = "PEM", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -170,6 +197,25 @@ impl fmt::Display for MetricsListen {
     }
 }
 
+/// Parses a size in bytes: a number with an optional unit `KiB`, `MiB`,
+/// `GiB` (or `K`, `M`, `G`, also powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 64MiB, 512KiB or 1048576"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        other => return Err(format!("{s:?}: unknown unit {other:?}; use KiB, MiB or GiB")),
+    };
+    value.checked_mul(scale).ok_or_else(|| format!("{s:?} is out of range"))
+}
+
 /// Parses a duration: a number with a unit `ms`, `s`, `m` or `h`
 /// (`500ms`, `30s`, `2m`), or a plain number of seconds (`30`, `1.5`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -205,6 +251,17 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("1e999").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("512K"), Ok(512 << 10));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert!(parse_bytes("1.5MiB").is_err());
+        assert!(parse_bytes("1TB").is_err());
+        assert!(parse_bytes("99999999999999G").is_err());
     }
 
     #[test]
