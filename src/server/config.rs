@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
+use crate::grpc::service::DEFAULT_MAX_BATCH;
+
 /// Flags of `retryd serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -36,8 +38,9 @@ pub struct ServeArgs {
     /// Log filter, e.g. `info` or `retryd=debug`; RUST_LOG overrides it.
     #[arg(long, env = "RETRYD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
-    /// Most failures one ClassifyBatch may carry.
-    #[arg(long, env = "RETRYD_MAX_BATCH", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Most failures one ClassifyBatch may carry. The default keeps the
+    /// largest possible answer within the 4 MiB gRPC clients accept by default.
+    #[arg(long, env = "RETRYD_MAX_BATCH", default_value_t = DEFAULT_MAX_BATCH as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_batch: u32,
     /// Largest request message in bytes; larger ones are answered RESOURCE_EXHAUSTED.
     #[arg(long, env = "RETRYD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u32).range(1024..))]
