@@ -172,9 +172,10 @@ impl Stalls {
     }
 
     /// Drops the answers that made no progress for `timeout`, every quarter
-    /// of it (at most every second); runs until aborted.
+    /// of it and at least every 100 ms (so the finished answers' entries,
+    /// one per call, are forgotten before many pile up); runs until aborted.
     pub async fn sweep(self, timeout: Duration) {
-        let every = (timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
+        let every = (timeout / 4).clamp(Duration::from_millis(20), Duration::from_millis(100));
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -405,8 +405,8 @@ impl Load {
 }
 
 /// Starts a ClassifyBatch whose request body the client holds open: the call
-/// is accepted and in the handler (waiting for the message) until the
-/// returned sender delivers it.
+/// is accepted and waits for its message (holding no call slot, for at most
+/// `--first-message-timeout`) until the returned sender delivers it.
 pub fn hold_a_call(
     channel: Channel,
 ) -> (
