@@ -473,7 +473,8 @@ async fn thousand_connections_open_and_close_without_leaks() {
 async fn overload_is_shed_quickly_and_health_is_not() {
     let _serial = SERIAL.lock().await;
     const LIMIT: usize = 8;
-    let server = Server::start(&["--max-concurrent-calls", "8"]);
+    // One connection holds them all: no per-connection share.
+    let server = Server::start(&["--max-concurrent-calls", "8", "--max-calls-per-connection", "0"]);
     let pid = server.pid();
     assert_healthy(&server).await;
     let warm = retryd_load(&server, &["--call", "classify", "-c", "4", "-n", "2000"]);

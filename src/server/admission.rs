@@ -206,7 +206,10 @@ async fn read_request(mut body: Body, ticket: &mut Ticket, max_message_bytes: us
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| tonic::Status::cancelled(format!("reading the request: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
-        ticket.charge(data.len()).map_err(|r| r.status())?;
+        ticket.charge(data.len()).map_err(|r| {
+            metrics::counter!(SHED_TOTAL).increment(1);
+            r.status()
+        })?;
         buf.extend_from_slice(&data);
         if buf.len() > max_message_bytes + 5 {
             return Err(match message_len(&buf) {

@@ -55,19 +55,22 @@ pub struct ServeArgs {
     #[arg(long, env = "RETRYD_MAX_CONCURRENT_CALLS", default_value_t = DEFAULT_MAX_CONCURRENT_CALLS)]
     pub max_concurrent_calls: u32,
     /// Most calls one connection may have in flight (its share of
-    /// `--max-concurrent-calls`); over it, that connection's calls are
-    /// answered RESOURCE_EXHAUSTED. 0 means no limit of its own.
-    #[arg(long, env = "RETRYD_MAX_CALLS_PER_CONNECTION", default_value_t = 256)]
-    pub max_calls_per_connection: u32,
+    /// `--max-concurrent-calls`; default: a quarter of it, at least 1); over
+    /// it, that connection's calls are answered RESOURCE_EXHAUSTED. 0 means
+    /// no limit of its own.
+    #[arg(long, env = "RETRYD_MAX_CALLS_PER_CONNECTION", value_name = "N")]
+    pub max_calls_per_connection: Option<u32>,
     /// Most bytes of requests being read and answers not yet taken by their
     /// clients, over all connections; a call that would go over it is
     /// answered RESOURCE_EXHAUSTED. Accepts `64MiB`, `512KiB` or bytes; 0
     /// means no limit.
     #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
     pub max_buffered_bytes: u64,
-    /// The same for one connection (its share of `--max-buffered-bytes`).
-    #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES_PER_CONNECTION", default_value = "16MiB", value_parser = parse_bytes)]
-    pub max_buffered_bytes_per_connection: u64,
+    /// The same for one connection (its share of `--max-buffered-bytes`;
+    /// default: a quarter of it, and at least 16 MiB, room for a request of
+    /// `--max-message-bytes` and the largest batch answer).
+    #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES_PER_CONNECTION", value_name = "BYTES", value_parser = parse_bytes)]
+    pub max_buffered_bytes_per_connection: Option<u64>,
     /// Most HTTP/2 streams one connection may have open at once (advertised
     /// in SETTINGS; a client wanting more waits on its side).
     #[arg(long, env = "RETRYD_MAX_STREAMS_PER_CONNECTION", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
@@ -99,7 +102,33 @@ pub struct ServeArgs {
 /// is shed instead of piling up requests in memory.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: u32 = 1024;
 
+/// The least default share of `--max-buffered-bytes` per connection: a
+/// request of the default `--max-message-bytes` (4 MiB) plus the largest
+/// answer of a default batch (under 4 MiB), twice.
+pub const MIN_BYTES_PER_CONNECTION: u64 = 16 << 20;
+
 impl ServeArgs {
+    /// `--max-calls-per-connection`, or its default: a quarter of
+    /// `--max-concurrent-calls` (at least 1; no limit when that is 0).
+    pub fn calls_per_connection(&self) -> u32 {
+        self.max_calls_per_connection
+            .unwrap_or(match self.max_concurrent_calls {
+                0 => 0,
+                n => (n / 4).max(1),
+            })
+    }
+
+    /// `--max-buffered-bytes-per-connection`, or its default: a quarter of
+    /// `--max-buffered-bytes`, at least [`MIN_BYTES_PER_CONNECTION`] (no
+    /// limit when that is 0).
+    pub fn buffered_bytes_per_connection(&self) -> u64 {
+        self.max_buffered_bytes_per_connection
+            .unwrap_or(match self.max_buffered_bytes {
+                0 => 0,
+                n => (n / 4).max(MIN_BYTES_PER_CONNECTION).min(n),
+            })
+    }
+
     /// The `--policy` paths given, empty entries (`RETRYD_POLICY=`, `a,,b`) dropped.
     pub fn policy_paths(&self) -> Vec<PathBuf> {
         self.policy
@@ -254,6 +283,34 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("1e999").is_err());
+    }
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let argv = std::iter::once("retryd").chain(args.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).unwrap().serve
+    }
+
+    #[test]
+    fn connection_shares_default_to_a_quarter() {
+        let d = serve(&[]);
+        assert_eq!(
+            (d.calls_per_connection(), d.buffered_bytes_per_connection()),
+            (256, 16 << 20)
+        );
+        assert_eq!(serve(&["--max-concurrent-calls", "100"]).calls_per_connection(), 25);
+        assert_eq!(serve(&["--max-concurrent-calls", "2"]).calls_per_connection(), 1);
+        assert_eq!(serve(&["--max-concurrent-calls", "0"]).calls_per_connection(), 0);
+        assert_eq!(serve(&["--max-calls-per-connection", "7"]).calls_per_connection(), 7);
+        let bytes = |a: &[&str]| serve(a).buffered_bytes_per_connection();
+        assert_eq!(bytes(&["--max-buffered-bytes", "256MiB"]), 64 << 20);
+        assert_eq!(bytes(&["--max-buffered-bytes", "8MiB"]), 8 << 20);
+        assert_eq!(bytes(&["--max-buffered-bytes", "0"]), 0);
+        assert_eq!(bytes(&["--max-buffered-bytes-per-connection", "1MiB"]), 1 << 20);
     }
 
     #[test]

@@ -72,9 +72,9 @@ impl ServerConfig {
             max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
             shutdown_grace: args.shutdown_grace,
             max_concurrent_calls: usize::try_from(args.max_concurrent_calls).unwrap_or(usize::MAX),
-            max_calls_per_connection: usize::try_from(args.max_calls_per_connection).unwrap_or(usize::MAX),
+            max_calls_per_connection: usize::try_from(args.calls_per_connection()).unwrap_or(usize::MAX),
             max_buffered_bytes: usize::try_from(args.max_buffered_bytes).unwrap_or(usize::MAX),
-            max_buffered_bytes_per_connection: usize::try_from(args.max_buffered_bytes_per_connection)
+            max_buffered_bytes_per_connection: usize::try_from(args.buffered_bytes_per_connection())
                 .unwrap_or(usize::MAX),
             max_streams_per_connection: args.max_streams_per_connection,
             first_message_timeout: args.first_message_timeout,
