@@ -67,8 +67,8 @@ pub struct ServeArgs {
     #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
     pub max_buffered_bytes: u64,
     /// The same for one connection (its share of `--max-buffered-bytes`;
-    /// default: a quarter of it, and at least 16 MiB, room for a request of
-    /// `--max-message-bytes` and the largest batch answer).
+    /// default: a quarter of it, and at least room for one largest call: a
+    /// request of `--max-message-bytes` and a `--max-batch` answer).
     #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES_PER_CONNECTION", value_name = "BYTES", value_parser = parse_bytes)]
     pub max_buffered_bytes_per_connection: Option<u64>,
     /// Most HTTP/2 streams one connection may have open at once (advertised
@@ -102,11 +102,6 @@ pub struct ServeArgs {
 /// is shed instead of piling up requests in memory.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: u32 = 1024;
 
-/// The least default share of `--max-buffered-bytes` per connection: a
-/// request of the default `--max-message-bytes` (4 MiB) plus the largest
-/// answer of a default batch (under 4 MiB), twice.
-pub const MIN_BYTES_PER_CONNECTION: u64 = 16 << 20;
-
 impl ServeArgs {
     /// `--max-calls-per-connection`, or its default: a quarter of
     /// `--max-concurrent-calls` (at least 1; no limit when that is 0).
@@ -119,14 +114,24 @@ impl ServeArgs {
     }
 
     /// `--max-buffered-bytes-per-connection`, or its default: a quarter of
-    /// `--max-buffered-bytes`, at least [`MIN_BYTES_PER_CONNECTION`] (no
-    /// limit when that is 0).
+    /// `--max-buffered-bytes`, and at least room for one largest call (see
+    /// [`ServeArgs::largest_call_bytes`]), within `--max-buffered-bytes`
+    /// (no limit when that is 0).
     pub fn buffered_bytes_per_connection(&self) -> u64 {
         self.max_buffered_bytes_per_connection
             .unwrap_or(match self.max_buffered_bytes {
                 0 => 0,
-                n => (n / 4).max(MIN_BYTES_PER_CONNECTION).min(n),
+                n => (n / 4).max(self.largest_call_bytes()).min(n),
             })
+    }
+
+    /// What the largest call holds at once: a request of
+    /// `--max-message-bytes` and the estimate of a `--max-batch` answer.
+    pub fn largest_call_bytes(&self) -> u64 {
+        let per_item = u64::try_from(super::admission::ITEM_ANSWER_BYTES).unwrap_or(u64::MAX);
+        u64::from(self.max_message_bytes)
+            .saturating_add(u64::from(self.max_batch).saturating_mul(per_item))
+            .saturating_add(2048)
     }
 
     /// The `--policy` paths given, empty entries (`RETRYD_POLICY=`, `a,,b`) dropped.
@@ -308,7 +313,11 @@ mod tests {
         assert_eq!(serve(&["--max-calls-per-connection", "7"]).calls_per_connection(), 7);
         let bytes = |a: &[&str]| serve(a).buffered_bytes_per_connection();
         assert_eq!(bytes(&["--max-buffered-bytes", "256MiB"]), 64 << 20);
-        assert_eq!(bytes(&["--max-buffered-bytes", "8MiB"]), 8 << 20);
+        assert_eq!(bytes(&["--max-buffered-bytes", "8MiB"]), d.largest_call_bytes());
+        assert_eq!(bytes(&["--max-buffered-bytes", "4MiB"]), 4 << 20, "within the total");
+        let largest = serve(&["--max-batch", "10000"]).largest_call_bytes();
+        assert_eq!(largest, (4 << 20) + 10_000 * 1536 + 2048);
+        assert_eq!(bytes(&["--max-batch", "10000"]), largest, "room for the largest call");
         assert_eq!(bytes(&["--max-buffered-bytes", "0"]), 0);
         assert_eq!(bytes(&["--max-buffered-bytes-per-connection", "1MiB"]), 1 << 20);
     }
