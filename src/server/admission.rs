@@ -1,5 +1,5 @@
-//! Admission of decision calls (`retryd.v1.RetryDecisionService/*`, all
-//! unary): what one client can hold is bounded, so it cannot exhaust the
+//! Admission of decision calls (`retryd.v1.RetryDecisionService/*`, one
+//! request message each): what one client can hold is bounded, so it cannot exhaust the
 //! server's memory or call slots.
 //!
 //! 1. The request is read whole before the call takes a slot; its bytes are
@@ -16,6 +16,10 @@
 //! 4. The answer is encoded at once and charged at its real size; the slot
 //!    and bytes are held until the connection has taken the whole answer
 //!    ([`Answer`]), or the answer is dropped as stalled (`--stall-timeout`).
+//!
+//! A server-streaming answer (one request, then messages for as long as the
+//! client wants) gives its slot back once its first messages are taken, and
+//! is not dropped for waiting on its next message.
 //!
 //! Health checks and reflection are not admitted here: an overloaded server
 //! is busy, not unhealthy, and must not be restarted for it.
@@ -193,6 +197,11 @@ where
         return Ok(http::Response::from_parts(parts, body));
     }
     ticket.set_bytes(size);
+    if !done {
+        // A server-streaming answer (its first messages are taken above):
+        // it lasts as long as its client wants, so it holds no slot.
+        ticket.release_call();
+    }
     let rest = (!done).then_some(body);
     let answer = Answer::new(frames, rest, ticket, &admission.stalls);
     Ok(http::Response::from_parts(parts, Body::new(answer)))

@@ -198,7 +198,10 @@ impl Stalls {
             if p.ticket.is_none() {
                 continue;
             }
-            if now.saturating_duration_since(p.last_progress) < timeout {
+            // Only an answer with bytes waiting for the client can stall; a
+            // streaming answer waiting for its next message is not stalled.
+            let waiting = !p.data.is_empty() || !p.frames.is_empty();
+            if !waiting || now.saturating_duration_since(p.last_progress) < timeout {
                 drop(p);
                 live.push(weak);
                 continue;
@@ -273,6 +276,25 @@ mod tests {
         assert_eq!(ledger.held(), (0, 0));
         assert_eq!(stalls.sweep_once(Duration::ZERO), 0);
         assert!(stalls.list().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_streaming_answer_waiting_for_its_next_message_is_not_stalled() {
+        let ledger = Ledger::new(Limits::default());
+        let stalls = Stalls::new();
+        let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, tonic::Status>>(1);
+        let rest = tonic::body::Body::new(http_body_util::StreamBody::new(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ));
+        let mut body = Answer::new(VecDeque::new(), Some(rest), ledger.ticket(None), &stalls);
+        let pending = futures_poll_once(&mut body);
+        assert!(pending, "waits for the next message");
+        assert_eq!(stalls.sweep_once(Duration::ZERO), 0);
+    }
+
+    fn futures_poll_once(body: &mut Answer) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        Pin::new(body).poll_frame(&mut cx).is_pending()
     }
 
     #[tokio::test]

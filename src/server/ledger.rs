@@ -182,6 +182,21 @@ impl Ticket {
         Ok(())
     }
 
+    /// Gives the call slot back (server-wide and on the connection), keeping
+    /// the bytes: for a streaming answer, which may last as long as its client
+    /// wants and must not hold a slot meanwhile.
+    pub fn release_call(&mut self) {
+        let mut s = self.ledger.lock();
+        if std::mem::take(&mut self.call) {
+            s.calls = s.calls.saturating_sub(1);
+        }
+        if std::mem::take(&mut self.connection_call) {
+            if let Some(share) = self.peer.and_then(|p| s.connections.get_mut(&p)) {
+                share.calls = share.calls.saturating_sub(1);
+            }
+        }
+    }
+
     /// A stalled answer was dropped, but its stream lives on: the server-wide
     /// slot goes back, while the connection keeps its slot and `bytes` (what
     /// the connection may still buffer for it) until the stream is gone.
@@ -284,8 +299,12 @@ mod tests {
         assert_eq!(a3.take_call(), Err(Refusal::CallsPerConnection(2)));
         drop(a);
         a3.take_call().unwrap();
+        a3.release_call();
+        a3.release_call();
+        assert_eq!(ledger.held(), (1, 0));
         drop((a2, a3));
         assert_eq!(ledger.held(), (0, 0));
+        assert!(ledger.lock().connections.is_empty());
     }
 
     #[test]
