@@ -419,7 +419,8 @@ async fn the_wire_follows_the_grpc_spec() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_stops_at_once() {
     let _serial = SERIAL.lock().await;
-    let mut server = Server::start(&["--shutdown-grace", "60s"]);
+    // The body-less stream would otherwise end the drain after 5 s.
+    let mut server = Server::start(&["--shutdown-grace", "60s", "--first-message-timeout", "60s"]);
     let mut conn = Conn::connect(server.addr, 65_535).await;
     let (_response, _stream) = conn.start(CLASSIFY, Bytes::new(), false).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
