@@ -2,14 +2,16 @@
 //! connection in pieces of at most [`PIECE`] bytes, holding the call's
 //! [`Ticket`] (its slot and bytes) until the whole answer has been taken.
 //!
-//! hyper asks for the next piece only once the connection has room for it
-//! (HTTP/2 flow control), so a client that does not read keeps the answer
-//! here, where it is counted, and not in the connection's send buffer. A
+//! hyper asks for the next piece only once the connection has sent the
+//! last one (HTTP/2 flow control), so each piece taken is progress, and a
+//! client that does not read keeps the answer here, where it is counted. A
 //! [`Stalls`] sweeper drops answers that make no progress for the stall
-//! timeout: their memory and server-wide slot go back; the stream is reset
-//! when hyper next asks for a piece, and until the stream is gone its
-//! connection keeps the slot and a piece's bytes (so it cannot pile up
-//! stalled streams for free).
+//! timeout and gives their server-wide slot back; the stream is reset when
+//! hyper next asks for a piece. Pieces share the answer's memory (no copy),
+//! so an answer of which a piece was taken stays in memory, and charged to
+//! the connection, until its stream is gone; one that was never read is
+//! freed at once. Until the stream is gone its connection keeps the slot
+//! (so it cannot pile up stalled streams for free).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -17,15 +19,15 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf as _, Bytes};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::ledger::Ticket;
 
-/// Largest piece of an answer handed to the connection at once (one HTTP/2
-/// DATA frame at the default frame size). Larger answers are copied out
-/// piece by piece, so what the connection buffers never pins the whole answer.
-pub const PIECE: usize = 16 * 1024;
+/// Largest piece of an answer handed to the connection at once: the unit of
+/// progress the stall timeout sees (four HTTP/2 DATA frames at the default
+/// frame size).
+pub const PIECE: usize = 64 * 1024;
 
 /// Counter of answers dropped because the client stopped reading them.
 pub const STALLED_TOTAL: &str = "retryd_answers_stalled_total";
@@ -34,8 +36,8 @@ pub const STALLED_TOTAL: &str = "retryd_answers_stalled_total";
 struct Payload {
     frames: VecDeque<Result<Frame<Bytes>, tonic::Status>>,
     data: Bytes,
-    /// `data` is a large answer: every piece is copied out of it.
-    copy: bool,
+    /// A piece was handed to the connection (which may still hold it).
+    handed: bool,
     rest: Option<tonic::body::Body>,
     ticket: Option<Ticket>,
     last_progress: Instant,
@@ -67,7 +69,7 @@ impl Answer {
         let shared = Arc::new(Shared(Mutex::new(Payload {
             frames,
             data: Bytes::new(),
-            copy: false,
+            handed: false,
             rest,
             ticket: Some(ticket),
             last_progress: Instant::now(),
@@ -95,19 +97,9 @@ impl Body for Answer {
         p.last_progress = Instant::now();
         loop {
             if !p.data.is_empty() {
-                let piece = if p.data.len() <= PIECE && !p.copy {
-                    std::mem::take(&mut p.data)
-                } else {
-                    let n = p.data.len().min(PIECE);
-                    let piece = Bytes::copy_from_slice(&p.data[..n]);
-                    p.data.advance(n);
-                    piece
-                };
-                if p.data.is_empty() {
-                    // Let go of the whole allocation, not just an empty view of it.
-                    p.data = Bytes::new();
-                    p.copy = false;
-                }
+                let n = p.data.len().min(PIECE);
+                let piece = p.data.split_to(n);
+                p.handed = true;
                 return Poll::Ready(Some(Ok(Frame::data(piece))));
             }
             let frame = match p.frames.pop_front() {
@@ -122,10 +114,7 @@ impl Body for Answer {
             };
             match frame {
                 Some(Ok(f)) => match f.into_data() {
-                    Ok(data) => {
-                        p.copy = data.len() > PIECE;
-                        p.data = data;
-                    }
+                    Ok(data) => p.data = data,
                     Err(trailers) => {
                         p.ticket = None;
                         return Poll::Ready(Some(Ok(trailers)));
@@ -210,8 +199,11 @@ impl Stalls {
             p.frames.clear();
             p.data = Bytes::new();
             p.rest = None;
+            let handed = p.handed;
             if let Some(t) = p.ticket.as_mut() {
-                t.stalled(PIECE);
+                // What the connection took pins the whole answer.
+                let pinned = if handed { t.bytes() } else { 0 };
+                t.stalled(pinned);
             }
             dropped += 1;
         }
@@ -302,14 +294,16 @@ mod tests {
         let ledger = Ledger::new(Limits::default());
         let stalls = Stalls::new();
         let mut body = answer(1 << 20, &ledger, &stalls);
-        let fresh = answer(10, &ledger, &stalls);
-        assert_eq!(ledger.held(), (2, (1 << 20) + 10));
+        let mut read_some = answer(PIECE * 3, &ledger, &stalls);
+        let piece = read_some.frame().await.unwrap().unwrap();
+        assert_eq!(piece.data_ref().map(Bytes::len), Some(PIECE));
+        assert_eq!(ledger.held(), (2, (1 << 20) + PIECE * 3));
         assert_eq!(stalls.sweep_once(Duration::from_secs(60)), 0);
         assert_eq!(stalls.sweep_once(Duration::ZERO), 2);
-        assert_eq!(ledger.held(), (0, PIECE + 10));
+        assert_eq!(ledger.held(), (0, PIECE * 3), "only what a piece of which was taken");
         let err = body.frame().await.unwrap().unwrap_err();
         assert_eq!(err.code(), tonic::Code::Cancelled);
-        drop((body, fresh));
+        drop((body, read_some, piece));
         assert_eq!(ledger.held(), (0, 0));
     }
 }
