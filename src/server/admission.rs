@@ -350,6 +350,18 @@ mod tests {
     }
 
     #[test]
+    fn the_peer_is_the_connections_remote_address() {
+        let mut req = http::Request::new(Body::empty());
+        assert_eq!(peer(&req), None, "in-process: no share of its own");
+        let remote: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        req.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some(remote),
+        });
+        assert_eq!(peer(&req), Some(remote));
+    }
+
+    #[test]
     fn message_prefix() {
         assert_eq!(message_len(&[0, 0, 0, 1, 0]), Some(256));
         assert_eq!(message_len(&[0, 0, 0]), None);
