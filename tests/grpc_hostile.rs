@@ -178,6 +178,85 @@ async fn never_reading_clients_cannot_grow_memory() {
     assert_eq!(delivered, held, "every held answer is delivered once read");
 }
 
+/// Item 1: clients that send large batches (10 000 items in Russian) and
+/// reset each call a few milliseconds later. The handler of a large batch
+/// runs on to its end on the blocking pool after its call is dropped; its
+/// slot and bytes must stay held until then, or resets pile up work and
+/// answers beyond every limit (ATTACK3=CxN scales it by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resetting_large_batches_cannot_pile_up_work() {
+    // The buffered-bytes budget (64 MiB) over the server's own ~20 MiB, with
+    // room to spare; before, this attack reached 176-224 MiB and grew with it.
+    const RSS_BOUND_KIB: u64 = 128 * 1024;
+    let (connections, calls) = scale("ATTACK3", (4, 400));
+    let _serial = SERIAL.lock().await;
+    // The largest batches of the report (only flags the old build knows).
+    let server = Server::start(&["--max-batch", "10000"]);
+    let pid = server.pid();
+    let rss_before = proc::rss_kib(pid);
+    let items = 10_000;
+    let body = h2raw::framed(&empty_batch(items));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut attackers = Vec::new();
+    let addr = server.addr;
+    for _ in 0..connections {
+        let body = body.clone();
+        let stop = std::sync::Arc::clone(&stop);
+        attackers.push(tokio::spawn(async move {
+            let mut sent = 0;
+            // hyper's rapid-reset guard closes a connection after a few
+            // resets (GOAWAY): the attacker opens another.
+            'connect: while sent < calls && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut conn = Conn::connect(addr, 65_535).await;
+                loop {
+                    // 10 calls, reset once their handlers have had time to start.
+                    let mut wave = Vec::new();
+                    for _ in 0..10 {
+                        match conn.try_send(CLASSIFY_BATCH, body.clone()).await {
+                            Ok(call) => wave.push(call),
+                            Err(_) => continue 'connect,
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    for (_response, mut stream) in wave {
+                        stream.send_reset(h2::Reason::CANCEL);
+                        sent += 1;
+                    }
+                    if sent >= calls || stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break 'connect;
+                    }
+                }
+            }
+            sent
+        }));
+    }
+    let mut peak = rss_before;
+    let t = Instant::now();
+    while attackers.iter().any(|a| !a.is_finished()) && t.elapsed() < Duration::from_secs(20) {
+        peak = peak.max(proc::rss_kib(pid));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (ok, err) = good_client(&server, 50).await;
+    for _ in 0..50 {
+        peak = peak.max(proc::rss_kib(pid));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut sent = 0;
+    for a in attackers {
+        sent += a.await.expect("attacker");
+    }
+    eprintln!(
+        "attack 3: {sent} batches of {items} items sent and reset over {connections} connections in {:?}; RSS {rss_before} KiB before, peak {peak} KiB; other client {ok}/50 OK",
+        t.elapsed()
+    );
+    assert_eq!(ok, 50, "{err:?}");
+    assert!(
+        peak < RSS_BOUND_KIB,
+        "RSS stays under {RSS_BOUND_KIB} KiB: peak {peak} KiB"
+    );
+}
+
 /// Item 1: an answer its client does not read for `--stall-timeout` is
 /// dropped (counted), its slot goes back, and its stream is reset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,11 @@
 //!    items times the largest answer of one item) and charged before the
 //!    handler runs, then a call slot is taken; over a limit the call is
 //!    answered RESOURCE_EXHAUSTED at once and the handler never runs.
-//! 4. The answer is encoded at once and charged at its real size; the slot
+//! 4. A large batch, decided on the blocking pool (which finishes it even
+//!    when the call is dropped), runs on a task of its own holding the
+//!    call's slot and bytes until it ends, so clients that reset their
+//!    calls cannot pile up work beyond the limits.
+//! 5. The answer is encoded at once and charged at its real size; the slot
 //!    and bytes are held until the connection has taken the whole answer
 //!    ([`Answer`]), or the answer is dropped as stalled (`--stall-timeout`).
 //!
@@ -58,6 +62,9 @@ pub const ITEM_ANSWER_BYTES: usize = 1536;
 const OTHER_ANSWER_BYTES: usize = 64 * 1024;
 /// Room for the batch summary and framing.
 const ANSWER_OVERHEAD: usize = 1024;
+/// Calls estimated above this (batches of more than 256 items, which the
+/// service decides on the blocking pool) run on a task of their own.
+const SPAWN_ABOVE: usize = 256 * ITEM_ANSWER_BYTES + ANSWER_OVERHEAD;
 
 /// The settings of [`AdmissionLayer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,8 +118,8 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 impl<S> Service<http::Request<Body>> for Admit<S>
 where
     S: Service<http::Request<Body>, Response = http::Response<Body>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
 {
     type Response = http::Response<Body>;
     type Error = S::Error;
@@ -155,6 +162,8 @@ async fn admit<S>(
 ) -> Result<http::Response<Body>, S::Error>
 where
     S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
 {
     let config = admission.config;
     let mut ticket = admission.ledger.ticket(peer(&req));
@@ -189,7 +198,21 @@ where
         return Ok(answer(refusal.status()));
     }
     let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(request)));
-    let response = inner.call(req).await?;
+    let call = inner.call(req);
+    let (response, mut ticket) = if estimate > SPAWN_ABOVE {
+        // A large batch is decided on the blocking pool, which finishes it
+        // even if this call is dropped (the client reset it): the work is run
+        // on a task of its own that keeps the ticket until it ends, so resets
+        // cannot pile up work beyond the limits.
+        let task = tokio::spawn(async move { (call.await, ticket) });
+        match task.await {
+            Ok(done) => done,
+            Err(e) => return Ok(answer(tonic::Status::internal(format!("the call's task failed: {e}")))),
+        }
+    } else {
+        (call.await, ticket)
+    };
+    let response = response?;
     let (parts, mut body) = response.into_parts();
     let (frames, size, done) = take_ready(&mut body).await;
     if done && frames.is_empty() {

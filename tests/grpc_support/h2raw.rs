@@ -77,6 +77,19 @@ impl Conn {
         self.send_now(head, body, end)
     }
 
+    /// Opens a gRPC stream to `path` sending `body` and ending it, or says
+    /// why the connection cannot (e.g. the server sent GOAWAY).
+    pub async fn try_send(
+        &mut self,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), h2::Error> {
+        std::future::poll_fn(|cx| self.send.poll_ready(cx)).await?;
+        let (response, mut stream) = self.send.send_request(request(path), false)?;
+        stream.send_data(body, true)?;
+        Ok((response, stream))
+    }
+
     /// Opens a stream if the server allows another one within `wait`.
     pub async fn try_start(
         &mut self,
