@@ -113,7 +113,9 @@ impl Conn {
         let empty = body.is_empty();
         let (response, mut stream) = self.send.send_request(head, end && empty).expect("send_request");
         if !empty {
-            stream.send_data(body, end).expect("send_data");
+            // The server may have answered (and closed the stream) from the
+            // headers alone, e.g. 415: the answer says so, not this error.
+            let _ = stream.send_data(body, end);
         }
         (response, stream)
     }
