@@ -258,6 +258,11 @@ async fn deadlines_past_far_future_and_out_of_range_timestamps() {
     let d = decided(&mut client, "deadline 9999", f).await;
     assert_eq!(d.verdict(), pb::Verdict::RetryWithLimit, "{d:?}");
     assert_eq!(d.retry.as_ref().unwrap().deadline, Some(year_9999));
+    assert!(
+        !has_warning(&d, "timestamp_out_of_range:"),
+        "in range: {:?}",
+        d.warnings
+    );
 
     // Out of Timestamp's range, nanos negative or too large: read (saturated,
     // clamped), never a panic or overflow.
@@ -271,7 +276,9 @@ async fn deadlines_past_far_future_and_out_of_range_timestamps() {
         let what = format!("deadline seconds {seconds} nanos {nanos}");
         let mut f = read_503();
         f.deadline = Some(Timestamp { seconds, nanos });
-        decided(&mut client, &what, f.clone()).await;
+        // Clamped, and said so: never silently.
+        let d = decided(&mut client, &what, f.clone()).await;
+        assert!(has_warning(&d, "timestamp_out_of_range:"), "{what}: {:?}", d.warnings);
         // And the same in the dependency's own contract.
         f.deadline = None;
         f.upstream = Some(pb::RetryContract {
@@ -280,7 +287,12 @@ async fn deadlines_past_far_future_and_out_of_range_timestamps() {
             deadline: Some(Timestamp { seconds, nanos }),
             ..Default::default()
         });
-        decided(&mut client, &format!("upstream {what}"), f).await;
+        let d = decided(&mut client, &format!("upstream {what}"), f).await;
+        assert!(
+            has_warning(&d, "timestamp_out_of_range:"),
+            "upstream {what}: {:?}",
+            d.warnings
+        );
     }
 
     assert_alive(&server, "deadlines").await;
@@ -696,14 +708,14 @@ fn rss_kib(pid: u32) -> u64 {
 async fn clients_that_disconnect_mid_call_do_not_hurt_others() {
     const ROUNDS: usize = 100;
     let server = Server::start(&[]);
-    // 5 000 items (about 150 kB) decided on the blocking pool: long enough
+    // 1 600 items (the default --max-batch, about 50 kB) decided on the blocking pool: long enough
     // to drop the client while it is uploaded or decided.
     let mut item = failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write);
     item.method = "crm.deal.add".into();
     item.idempotency_key = "deal-42".into();
     let big = Bytes::from(
         pb::ClassifyBatchRequest {
-            failures: vec![item; 5_000],
+            failures: vec![item; 1_600],
             locale: "ru".into(),
         }
         .encode_to_vec(),
@@ -716,7 +728,7 @@ async fn clients_that_disconnect_mid_call_do_not_hurt_others() {
         .expect("a whole big batch");
     assert_eq!(
         pb::ClassifyBatchResponse::decode(full).expect("decodes").results.len(),
-        5_000
+        1_600
     );
 
     // A well-behaved client on its own connection, all along.

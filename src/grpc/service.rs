@@ -39,6 +39,12 @@ const BLOCKING_BATCH: usize = 256;
 /// The policy in force, shared with whatever reloads it.
 pub type PolicyHandle = Arc<ArcSwap<Policy>>;
 
+/// Default of `--max-batch`: the most items whose worst-case answer (each
+/// result at most [`crate::server::admission::ITEM_ANSWER_BYTES`], in any
+/// embedded locale) fits the 4 MiB every gRPC client accepts by default;
+/// tests/grpc_answer_size.rs checks it against every embedded code.
+pub const DEFAULT_MAX_BATCH: usize = 1_600;
+
 /// Limits of the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServiceConfig {
@@ -48,7 +54,9 @@ pub struct ServiceConfig {
 
 impl Default for ServiceConfig {
     fn default() -> Self {
-        ServiceConfig { max_batch: 10_000 }
+        ServiceConfig {
+            max_batch: DEFAULT_MAX_BATCH,
+        }
     }
 }
 
@@ -460,7 +468,7 @@ fn decide_failure<'a>(
     name: impl Fn(&str) -> String,
 ) -> Result<(Decision<'a>, Option<Hold>), Violation> {
     let f = failure_from_proto(failure, locale);
-    let decided = decide_checked(policy, &f, now, ctx, name);
+    let decided = decide_checked(policy, failure, &f, now, ctx, name);
     if let (Some(observer), Ok((d, hold))) = (ctx.observer, &decided) {
         observer.observe(&f, d, hold.as_ref(), now);
     }
@@ -469,6 +477,7 @@ fn decide_failure<'a>(
 
 fn decide_checked<'a>(
     policy: &'a Policy,
+    failure: &pb::Failure,
     f: &crate::core::Failure<'a>,
     now: UnixMillis,
     ctx: &FleetCtx<'_>,
@@ -478,7 +487,22 @@ fn decide_checked<'a>(
     let unknown_catalog = |e: DecideError| match e {
         DecideError::UnknownCatalog { .. } => Violation::new(name("catalog"), e.to_string()),
     };
-    let d = decide(policy, f, now).map_err(unknown_catalog)?;
+    let mut d = decide(policy, f, now).map_err(unknown_catalog)?;
+    // A Timestamp outside 0001-01-01..9999-12-31 (or with bad nanos) is
+    // clamped on the way in and out: say so rather than clamp silently.
+    let stamps = [failure.deadline.as_ref(), failure.quota_resets_at.as_ref()];
+    let out_of_range = stamps
+        .into_iter()
+        .flatten()
+        .any(|t| !super::convert::timestamp_in_range(t))
+        || failure
+            .upstream
+            .as_ref()
+            .and_then(|u| u.deadline.as_ref())
+            .is_some_and(|t| !super::convert::timestamp_in_range(t));
+    if out_of_range {
+        d.warnings.add(Warning::TimestampOutOfRange);
+    }
     let Some(fleet) = ctx.fleet else {
         return Ok((d, None));
     };
@@ -498,6 +522,9 @@ fn decide_checked<'a>(
     };
     if rate_limited {
         d.warnings.add(Warning::HoldRateLimited);
+    }
+    if out_of_range {
+        d.warnings.add(Warning::TimestampOutOfRange);
     }
     Ok((d, hold))
 }
