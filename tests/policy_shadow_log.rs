@@ -170,10 +170,10 @@ async fn a_full_log_queue_drops_and_counts_never_blocks() {
     ]);
     let mut client = server.client().await;
     let batch = pb::ClassifyBatchRequest {
-        failures: vec![failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write); 5000],
+        failures: vec![failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write); 1000],
         locale: String::new(),
     };
-    for _ in 0..4 {
+    for _ in 0..20 {
         client.classify_batch(batch.clone()).await.expect("batch answered");
     }
     let scrape = eventually(Duration::from_secs(10), "lines + drops = decisions", || async {
