@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs the client libraries' unit tests and conformance runners against the
+# real retryd binary: every scenario of clients/conformance/scenarios, each
+# library starting its own server on a free loopback port.
+#
+#   bash clients/conformance/run.sh [python|go|rust|node ...]   # default: all
+#
+# RETRYD_BIN: the binary (default: target/debug/retryd of this checkout,
+# built with `cargo build --bin retryd` if missing). Needs what
+# scripts/install-tools.sh installs (clients/python/.venv, Go modules).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+export RETRYD_BIN="${RETRYD_BIN:-$target_dir/debug/retryd}"
+if [[ ! -x "$RETRYD_BIN" ]]; then
+  cargo build --bin retryd || exit 1
+fi
+export RETRYD_CONFORMANCE_REQUIRED=1
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+langs=("$@")
+((${#langs[@]})) || langs=(python go rust)
+failed=()
+for lang in "${langs[@]}"; do
+  started=$SECONDS
+  echo "--- clients/$lang"
+  case "$lang" in
+    python)
+      py="$root/clients/python/.venv/bin/python"
+      "$py" -m unittest discover -s clients/python/tests -q && "$py" clients/python/conformance.py ;;
+    go)
+      (cd clients/go && go vet ./... && go test ./... && go run ./cmd/conformance) ;;
+    rust)
+      cargo test -p retryd-client -- --nocapture ;;
+    *) echo "unknown client: $lang"; false ;;
+  esac
+  rc=$?
+  echo "clients/$lang: exit $rc in $((SECONDS - started)) s"
+  ((rc == 0)) || failed+=("$lang")
+done
+if ((${#failed[@]})); then
+  echo "conformance: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "conformance: all passed (${langs[*]})"
