@@ -3,11 +3,12 @@
 # real retryd binary: every scenario of clients/conformance/scenarios, each
 # library starting its own server on a free loopback port.
 #
-#   bash clients/conformance/run.sh [python|go|rust|node ...]   # default: all
+#   bash clients/conformance/run.sh [python|go|node|rust ...]   # default: all
 #
 # RETRYD_BIN: the binary (default: target/debug/retryd of this checkout,
 # built with `cargo build --bin retryd` if missing). Needs what
-# scripts/install-tools.sh installs (clients/python/.venv, Go modules).
+# scripts/install-tools.sh installs (clients/python/.venv, Go modules,
+# clients/node/node_modules).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -19,7 +20,7 @@ fi
 export RETRYD_CONFORMANCE_REQUIRED=1
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 langs=("$@")
-((${#langs[@]})) || langs=(python go rust)
+((${#langs[@]})) || langs=(python go node rust)
 failed=()
 for lang in "${langs[@]}"; do
   started=$SECONDS
@@ -30,6 +31,9 @@ for lang in "${langs[@]}"; do
       "$py" -m unittest discover -s clients/python/tests -q && "$py" clients/python/conformance.py ;;
     go)
       (cd clients/go && go vet ./... && go test ./... && go run ./cmd/conformance) ;;
+    node)
+      # Builds ESM + CJS + types (npm run build), checks that `npm pack` takes them, runs the scenarios.
+      (cd clients/node && npm run --silent build && npm pack --dry-run --json >/dev/null && node --test test/ && node conformance.mjs) ;;
     rust)
       cargo test -p retryd-client -- --nocapture ;;
     *) echo "unknown client: $lang"; false ;;
