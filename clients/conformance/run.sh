@@ -18,6 +18,12 @@ if [[ ! -x "$RETRYD_BIN" ]]; then
   cargo build --bin retryd || exit 1
 fi
 export RETRYD_CONFORMANCE_REQUIRED=1
+# One more server for examples/libraries (the runners start their own).
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$RETRYD_BIN" serve --listen "127.0.0.1:$port" --metrics-listen off --log-level warn &
+server_pid=$!
+trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null' EXIT
+export RETRYD_ADDR="127.0.0.1:$port"
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 langs=("$@")
 ((${#langs[@]})) || langs=(python go node rust)
@@ -28,14 +34,18 @@ for lang in "${langs[@]}"; do
   case "$lang" in
     python)
       py="$root/clients/python/.venv/bin/python"
-      "$py" -m unittest discover -s clients/python/tests -q && "$py" clients/python/conformance.py ;;
+      "$py" -m unittest discover -s clients/python/tests -q && "$py" clients/python/conformance.py \
+        && "$py" examples/libraries/deal_add.py ;;
     go)
-      (cd clients/go && go vet ./... && go test ./... && go run ./cmd/conformance) ;;
+      (cd clients/go && go vet ./... && go test ./... && go run ./cmd/conformance) \
+        && (cd examples/libraries/go && go run .) ;;
     node)
       # Builds ESM + CJS + types (npm run build), checks that `npm pack` takes them, runs the scenarios.
-      (cd clients/node && npm run --silent build && npm pack --dry-run --json >/dev/null && node --test test/ && node conformance.mjs) ;;
+      (cd clients/node && npm run --silent build && npm pack --dry-run --json >/dev/null && node --test test/ && node conformance.mjs) \
+        && ( ex="$(mktemp -d)"; mkdir -p "$ex/node_modules/@retryd"; ln -s "$root/clients/node" "$ex/node_modules/@retryd/client"
+             cp examples/libraries/deal_add.mjs "$ex/"; node "$ex/deal_add.mjs"; r=$?; rm -rf "$ex"; exit $r ) ;;
     rust)
-      cargo test -p retryd-client -- --nocapture ;;
+      cargo test -p retryd-client -- --nocapture && cargo run -q -p retryd-client --example deal_add ;;
     *) echo "unknown client: $lang"; false ;;
   esac
   rc=$?

@@ -356,6 +356,7 @@ export class Client {
           resp = await this.rpc("Classify", { failure, locale: this.o.locale }, rpcTimeout());
         } catch (err: any) {
           checkCancel();
+          if (past(0)) throw new DeadlineExceeded("the deadline passed while asking retryd", undefined, error);
           const may = op === "OPERATION_KIND_READ" || failure.idempotency_key_enforced;
           const detail = `Classify failed: ${err?.message ?? err}`;
           if (!may || attempt >= this.o.fallback.maxAttempts) {

@@ -234,7 +234,10 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c, err := retryd.New(target, retryd.WithCatalog(sc.Call.Catalog), retryd.WithDependency(depName), retryd.WithTenant(tenant),
-		retryd.WithSleeper(sleeper), retryd.WithConnectTimeout(500*time.Millisecond), retryd.WithLogger(quiet),
+		retryd.WithSleeper(sleeper), retryd.WithConnectTimeout(500*time.Millisecond),
+		// Scenarios test the loop, not the 50 ms default: on a loaded CI machine 34 concurrent first
+		// calls to a debug server can take longer (the retryd-down scenarios test the fallback).
+		retryd.WithTimeout(2*time.Second), retryd.WithLogger(quiet),
 		retryd.WithHook(func(e retryd.Event) {
 			if e.Kind == "admit_refused" {
 				mu.Lock()

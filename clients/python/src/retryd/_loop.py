@@ -205,6 +205,8 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
         while True:
             status, resp = yield ("classify", pb.ClassifyRequest(failure=failure, locale=o.locale or ""))
             if status != "ok":
+                if o.deadline_mono is not None and time.monotonic() >= o.deadline_mono:
+                    raise DeadlineExceeded("the deadline passed while asking retryd", None, exc)
                 wait = _fallback(o, failure, attempt)
                 yield ("event", Event("fallback", attempt, wait=wait or 0.0, detail=f"Classify failed: {resp}"))
                 if wait is None:
