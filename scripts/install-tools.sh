@@ -18,6 +18,8 @@
 #     retryd package itself (pip install ./clients/python)
 #   - clients/go's modules (go mod download)
 #   - clients/node/node_modules (npm ci; the package is built by clients/conformance/run.sh)
+#   - clients/java's Maven dependencies and plugins, protoc and protoc-gen-grpc-java
+#     (mvn test-compile; needs Java 17+ and Maven)
 # Callers must have $(go env GOPATH)/bin on PATH (printed at the end; also
 # appended to $GITHUB_PATH when that is set). polyglot-check.sh adds it itself.
 
@@ -121,6 +123,15 @@ _retryd_install_tools() {
   (cd "$root/examples/go" && timeout 900 go mod download)
   echo "install-tools: go mod download in clients/go"
   (cd "$root/clients/go" && timeout 900 go mod download)
+
+  # --- Java client library's artifacts (versions fixed in clients/java/pom.xml) ---
+  if command -v mvn >/dev/null 2>&1; then
+    echo "install-tools: mvn test-compile in clients/java (downloads the pinned artifacts)"
+    (cd "$root/clients/java" && timeout 900 mvn -q -B test-compile dependency:build-classpath \
+      -Dmdep.outputFile=target/classpath.txt)
+  else
+    echo "install-tools: no mvn: clients/java is not prepared (apt-get install maven)" >&2
+  fi
 
   # --- summary ------------------------------------------------------------
   echo "install-tools: installed:"

@@ -3,12 +3,12 @@
 # real retryd binary: every scenario of clients/conformance/scenarios, each
 # library starting its own server on a free loopback port.
 #
-#   bash clients/conformance/run.sh [python|go|node|rust ...]   # default: all
+#   bash clients/conformance/run.sh [python|go|node|java|rust ...]   # default: all
 #
 # RETRYD_BIN: the binary (default: target/debug/retryd of this checkout,
 # built with `cargo build --bin retryd` if missing). Needs what
 # scripts/install-tools.sh installs (clients/python/.venv, Go modules,
-# clients/node/node_modules).
+# clients/node/node_modules, clients/java's Maven artifacts).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -26,7 +26,7 @@ trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null' EXIT
 export RETRYD_ADDR="127.0.0.1:$port"
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 langs=("$@")
-((${#langs[@]})) || langs=(python go node rust)
+((${#langs[@]})) || langs=(python go node java rust)
 failed=()
 for lang in "${langs[@]}"; do
   started=$SECONDS
@@ -44,6 +44,11 @@ for lang in "${langs[@]}"; do
       (cd clients/node && npm run --silent build && npm pack --dry-run --json >/dev/null && node --test test/ && node conformance.mjs) \
         && ( ex="$(mktemp -d)"; mkdir -p "$ex/node_modules/@retryd"; ln -s "$root/clients/node" "$ex/node_modules/@retryd/client"
              cp examples/libraries/deal_add.mjs "$ex/"; node "$ex/deal_add.mjs"; r=$?; rm -rf "$ex"; exit $r ) ;;
+    java)
+      # Generates the stubs (protoc 3.25.8 + protoc-gen-grpc-java from Maven Central), compiles, runs the scenarios.
+      (cd clients/java && mvn -q -B test-compile exec:java \
+        && mvn -q -B dependency:build-classpath -Dmdep.outputFile=target/classpath.txt) \
+        && (cd examples/libraries/java && java -cp "$(cat "$root/clients/java/target/classpath.txt"):$root/clients/java/target/classes" DealAdd.java) ;;
     rust)
       cargo test -p retryd-client -- --nocapture && cargo run -q -p retryd-client --example deal_add ;;
     *) echo "unknown client: $lang"; false ;;
