@@ -34,7 +34,17 @@ for lang in "${langs[@]}"; do
   case "$lang" in
     python)
       py="$root/clients/python/.venv/bin/python"
-      "$py" -m unittest discover -s clients/python/tests -q && "$py" clients/python/conformance.py \
+      # The committed stubs are what grpcio-tools (examples/python/.venv) generates from proto/ now.
+      gen="$(mktemp -d)"
+      examples/python/.venv/bin/python -m grpc_tools.protoc -Iproto \
+        -I"$(examples/python/.venv/bin/python -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto" \
+        --python_out="$gen" --pyi_out="$gen" --grpc_python_out="$gen" proto/retryd/v1/retryd.proto \
+        && for f in retryd_pb2.py retryd_pb2.pyi retryd_pb2_grpc.py; do
+             cmp -s "$gen/retryd/v1/$f" "clients/python/src/retryd/v1/$f" \
+               || { echo "clients/python/src/retryd/v1/$f is stale: regenerate it (clients/python/README.md)"; false; }
+           done
+      stubs=$?; rm -rf "$gen"
+      ((stubs == 0)) && "$py" -m unittest discover -s clients/python/tests -q && "$py" clients/python/conformance.py \
         && "$py" examples/libraries/deal_add.py ;;
     go)
       (cd clients/go && go vet ./... && go test ./... && go run ./cmd/conformance) \
