@@ -17,6 +17,7 @@ import glob
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -69,6 +70,7 @@ class Server:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class FakeGrpcError(grpc.RpcError):
