@@ -74,7 +74,7 @@ class _Counts:
 class _Base:
     def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
                  tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
-                 sleep: Any = None, tls: Optional[Tls] = None, connect_timeout: float = 1.0,
+                 tls: Optional[Tls] = None, connect_timeout: float = 1.0,
                  fallback: Optional[Fallback] = None, on_event: Optional[Callable[[Event], None]] = None,
                  report_interval: float = 1.0) -> None:
         self.address = address
@@ -125,9 +125,14 @@ class Client(_Base):
     batched ReportOutcomes).
     """
 
-    def __init__(self, address: str, **kw: Any) -> None:
-        sleep = kw.pop("sleep", None) or time.sleep
-        super().__init__(address, **kw)
+    def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
+                 tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
+                 sleep: Callable[[float], None] = time.sleep, tls: Optional[Tls] = None,
+                 connect_timeout: float = 1.0, fallback: Optional[Fallback] = None,
+                 on_event: Optional[Callable[[Event], None]] = None, report_interval: float = 1.0) -> None:
+        super().__init__(address, catalog=catalog, dependency=dependency, tenant=tenant, locale=locale,
+                         timeout=timeout, tls=tls, connect_timeout=connect_timeout, fallback=fallback,
+                         on_event=on_event, report_interval=report_interval)
         self._sleep: Callable[[float], None] = sleep
         creds = self._creds()
         args = _channel_args(self._tls)
@@ -221,9 +226,14 @@ class AsyncClient(_Base):
     callable (or a sync one), `sleep` an async callable (default
     `asyncio.sleep`). Cancelling the task stops the loop at once."""
 
-    def __init__(self, address: str, **kw: Any) -> None:
-        sleep = kw.pop("sleep", None) or asyncio.sleep
-        super().__init__(address, **kw)
+    def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
+                 tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, tls: Optional[Tls] = None,
+                 connect_timeout: float = 1.0, fallback: Optional[Fallback] = None,
+                 on_event: Optional[Callable[[Event], None]] = None, report_interval: float = 1.0) -> None:
+        super().__init__(address, catalog=catalog, dependency=dependency, tenant=tenant, locale=locale,
+                         timeout=timeout, tls=tls, connect_timeout=connect_timeout, fallback=fallback,
+                         on_event=on_event, report_interval=report_interval)
         self._sleep: Callable[[float], Awaitable[None]] = sleep
         creds = self._creds()
         args = _channel_args(self._tls)
