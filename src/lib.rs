@@ -11,5 +11,6 @@ pub mod cli;
 pub mod core;
 pub mod fleet;
 pub mod grpc;
+pub mod http;
 pub mod load;
 pub mod server;

@@ -45,6 +45,13 @@ impl ShedLayer {
     }
 }
 
+impl ShedLayer {
+    /// The call slots, shared with the HTTP door (`None`: no limit).
+    pub fn permits(&self) -> Option<Arc<Semaphore>> {
+        self.permits.clone()
+    }
+}
+
 impl<S> Layer<S> for ShedLayer {
     type Service = Shed<S>;
 
@@ -82,7 +89,9 @@ where
         let Some(permits) = &self.permits else {
             return ShedFuture::admitted(self.inner.call(req), None);
         };
-        if req.uri().path().starts_with(EXEMPT_PREFIX) || req.uri().path() == WATCH_HOLDS {
+        // The HTTP door takes its slot itself and refuses in JSON (429).
+        let path = req.uri().path();
+        if path.starts_with(EXEMPT_PREFIX) || path == WATCH_HOLDS || crate::http::is_http_path(path) {
             return ShedFuture::admitted(self.inner.call(req), None);
         }
         match Arc::clone(permits).try_acquire_owned() {

@@ -19,6 +19,7 @@ use super::tls::{ServerTls, TlsError};
 use crate::fleet::Fleet;
 use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
 use crate::grpc::{Operators, PolicyHandle, RetryDecisionApi, SERVICE_NAME, ServiceConfig};
+use crate::http::{HttpConfig, HttpDoor};
 
 /// What the server needs beyond the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +38,8 @@ pub struct ServerConfig {
     pub max_concurrent_calls: usize,
     /// TLS (and mutual TLS) settings; `None`: plaintext.
     pub tls: Option<ServerTls>,
+    /// The HTTP/JSON door on the same port; `None`: gRPC only (`--http false`).
+    pub http: Option<HttpConfig>,
 }
 
 /// HTTP/2 streams one connection may have open at once (advertised in
@@ -65,6 +68,10 @@ impl ServerConfig {
             shutdown_grace: args.shutdown_grace,
             max_concurrent_calls: usize::try_from(args.max_concurrent_calls).unwrap_or(usize::MAX),
             tls: None,
+            http: args.http.then(|| HttpConfig {
+                max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
+                cors_origins: args.http_cors_origin.clone(),
+            }),
         }
     }
 }
@@ -135,7 +142,9 @@ impl BoundServer {
         let mut builder = tonic::transport::Server::builder()
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
             .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT));
+            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
+            // The HTTP/JSON door takes HTTP/1.1 too (gRPC stays HTTP/2).
+            .accept_http1(config.http.is_some());
         if let Some(tls) = &config.tls {
             builder = builder.tls_config(tls.load()?).map_err(ServerError::TlsConfig)?;
         }
@@ -229,6 +238,11 @@ impl BoundServer {
         if let Some((fleet, operators)) = fleet {
             api = api.with_fleet(fleet, operators, draining_seen);
         }
+        let shed = ShedLayer::new(config.max_concurrent_calls);
+        let door = config
+            .http
+            .clone()
+            .map(|http| HttpDoor::new(api.clone(), reporter.clone(), http, shed.permits()));
         let api = RetryDecisionServiceServer::new(api).max_decoding_message_size(config.max_message_bytes);
 
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
@@ -257,18 +271,32 @@ impl BoundServer {
             Some(_) => tracing::info!("listening on {grpc_addr} (TLS)"),
             None => tracing::info!("listening on {grpc_addr}"),
         }
+        if door.is_some() {
+            tracing::info!("HTTP/JSON on the same port: /v1/*, /healthz, /readyz (OpenAPI at /v1/openapi.json)");
+        }
         let incoming = TcpIncoming::from(grpc)
             .with_nodelay(Some(true))
             .with_keepalive(Some(TCP_KEEPALIVE));
-        let server = builder
-            .layer(GrpcMetricsLayer)
-            .layer(ShedLayer::new(config.max_concurrent_calls))
-            .layer(MessageLimitLayer::new(config.max_message_bytes))
-            .layer(CatchPanicLayer)
+        let mut routes = tonic::service::Routes::builder();
+        routes
             .add_service(health)
             .add_service(api)
             .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
+            .add_service(reflection_v1alpha);
+        let mut router = routes.routes().into_axum_router();
+        if let Some(door) = door {
+            // Routed by path: the door's paths (crate::http::is_http_path) here, gRPC's to tonic.
+            router = router
+                .route_service("/v1/{*rest}", door.clone())
+                .route_service("/healthz", door.clone())
+                .route_service("/readyz", door);
+        }
+        let server = builder
+            .layer(GrpcMetricsLayer)
+            .layer(shed)
+            .layer(MessageLimitLayer::new(config.max_message_bytes))
+            .layer(CatchPanicLayer)
+            .add_routes(tonic::service::Routes::from(router).prepare())
             .serve_with_incoming_shutdown(incoming, signal);
         tokio::pin!(server);
 
