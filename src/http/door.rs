@@ -266,3 +266,47 @@ fn check_json(headers: &http::HeaderMap) -> Result<(), ApiError> {
         Err(ApiError::unsupported_media_type(given))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arc_swap::ArcSwap;
+    use tonic_health::ServingStatus;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::core::Policy;
+    use crate::grpc::ServiceConfig;
+
+    async fn door(status: ServingStatus) -> HttpDoor {
+        let policy = Arc::new(ArcSwap::from_pointee(Policy::embedded().expect("embedded policy")));
+        let api = RetryDecisionApi::new(policy, ServiceConfig::default());
+        let (reporter, _health) = tonic_health::server::health_reporter();
+        reporter.set_service_status("", status).await;
+        HttpDoor::new(
+            api,
+            reporter,
+            HttpConfig {
+                max_message_bytes: 1024,
+                cors_origins: Vec::new(),
+            },
+            None,
+        )
+    }
+
+    async fn get(door: HttpDoor, path: &str) -> StatusCode {
+        let req = Request::builder().uri(path).body(Body::empty()).expect("request");
+        door.oneshot(req).await.expect("infallible").status()
+    }
+
+    #[tokio::test]
+    async fn probes_follow_the_grpc_health_status() {
+        for path in ["/healthz", "/readyz"] {
+            assert_eq!(get(door(ServingStatus::Serving).await, path).await, StatusCode::OK);
+            assert_eq!(
+                get(door(ServingStatus::NotServing).await, path).await,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{path} during a shutdown"
+            );
+        }
+    }
+}

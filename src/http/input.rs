@@ -43,12 +43,10 @@ pub fn parse<'de, T: Deserialize<'de>>(body: &'de [u8]) -> Result<T, ApiError> {
 
 fn describe(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
-    let what = match e.classify() {
-        Category::Syntax | Category::Eof => "malformed JSON",
-        Category::Data => "wrong value",
-        Category::Io => "unreadable body",
-    };
-    format!("{what}: {e}")
+    match e.classify() {
+        Category::Syntax | Category::Eof => format!("malformed JSON: {e}"),
+        Category::Data | Category::Io => e.to_string(),
+    }
 }
 
 /// The body of `POST /v1/classify`.
