@@ -317,6 +317,18 @@ impl Fleet {
     }
 }
 
+/// HELP texts of the fleet's metrics.
+pub fn describe_metrics() {
+    metrics::describe_gauge!(HOLDS, "Holds in force, by kind and scope.");
+    metrics::describe_counter!(ADMIT_TOTAL, "Admit answers, by result (admitted, refused, probe).");
+    metrics::describe_counter!(HOLDS_PLACED_TOTAL, "Holds placed, by kind.");
+    metrics::describe_counter!(
+        HOLDS_RATE_LIMITED_TOTAL,
+        "Holds not placed because their caller was over its placement rate, by scope."
+    );
+    metrics::describe_counter!(HOLDS_EVICTED_TOTAL, "Holds dropped at --max-holds.");
+}
+
 /// Whether `h` passes List/Watch filters (empty matches all).
 pub fn matches(h: &Hold, catalog: &str, dependency: &str, tenant: &str) -> bool {
     (catalog.is_empty() || h.key.catalog == catalog)

@@ -42,3 +42,11 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug + 'static {
     /// A name for logs: `memory` or the Redis address without credentials.
     fn describe(&self) -> String;
 }
+
+/// Why a shared store could not be set up (at startup: a bad `--state` value).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The address or an option is not usable.
+    #[error("invalid state store configuration: {0}")]
+    Config(String),
+}

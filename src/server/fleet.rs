@@ -9,8 +9,10 @@ use crate::grpc::Operators;
 /// Where the holds live, and who may manage them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FleetArgs {
-    /// Where fleet memory (holds) lives: `memory` (this replica only) or
-    /// `redis://host:port/db` / `rediss://…` (shared by every replica).
+    /// Where fleet memory (holds) lives: `memory` (this replica only), or
+    /// shared by every replica: `redis://[user:pass@]host:port[/db]`,
+    /// `rediss://…` (TLS), `redis://h1:p1,redis://h2:p2` (Cluster seeds),
+    /// `redis+sentinel://s1:26379,s2/<service>[/db]`.
     #[arg(long, env = "RETRYD_STATE", default_value = "memory")]
     pub state: String,
     /// Most holds kept; over it tenant holds are dropped first, oldest placed first.
@@ -79,12 +81,15 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
     let state = args.state.trim();
     let fleet = if state == "memory" {
         Fleet::in_memory(config)
-    } else if state.starts_with("redis://") || state.starts_with("rediss://") {
+    } else if ["redis://", "rediss://", "redis+sentinel://", "rediss+sentinel://"]
+        .iter()
+        .any(|scheme| state.starts_with(scheme))
+    {
         let store = crate::fleet::redis::connect(state).map_err(|e| format!("--state: {e}"))?;
         Fleet::new(config, store)
     } else {
         return Err(format!(
-            "--state: {state:?} is neither `memory` nor a redis:// or rediss:// URL"
+            "--state: {state:?} is neither `memory` nor a redis://, rediss:// or redis+sentinel:// URL"
         ));
     };
     let operators = Operators {

@@ -116,6 +116,8 @@ pub fn install() -> PrometheusHandle {
 }
 
 fn describe() {
+    crate::fleet::redis::describe_metrics();
+    crate::fleet::describe_metrics();
     metrics::describe_counter!(STARTED_TOTAL, "gRPC calls received.");
     metrics::describe_counter!(HANDLED_TOTAL, "gRPC calls finished, by status code.");
     metrics::describe_histogram!(HANDLING_SECONDS, metrics::Unit::Seconds, "Time to answer a gRPC call.");

@@ -1,0 +1,71 @@
+//! What a Redis store can be told.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::conn::Topology;
+
+/// How the Redis store behaves.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// Standalone, cluster, or found out on connect.
+    pub topology: Topology,
+    /// Prefix of every key and of the channel (`[A-Za-z0-9._-]`, ≤ 32 bytes):
+    /// fleets with different namespaces can share one Redis.
+    pub namespace: String,
+    /// Writes queued at most; beyond, writes are dropped (counted).
+    pub queue_capacity: usize,
+    /// Connecting, TLS and handshake included.
+    pub connect_timeout: Duration,
+    /// One write, one SCAN step, one ping.
+    pub command_timeout: Duration,
+    /// Taking a probe slot (on the Admit path): past it, this replica decides alone.
+    pub probe_timeout: Duration,
+    /// First wait before reconnecting; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest wait between reconnects.
+    pub backoff_max: Duration,
+    /// At most one warning per this interval while Redis fails.
+    pub warn_every: Duration,
+    /// A connected store pings this often, to notice a silent Redis.
+    pub ping_every: Duration,
+    /// For `rediss://`: a private CA and a client certificate (else the
+    /// system roots, and no client certificate).
+    pub tls: Option<RedisTls>,
+}
+
+/// TLS material for `rediss://` (PEM).
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// The CA that signed Redis's certificate, instead of the system roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate and its key, for Redis with `tls-auth-clients yes`.
+    pub client_cert_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_cert", &self.client_cert_pem.is_some())
+            .finish()
+    }
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            topology: Topology::Auto,
+            namespace: "retryd".to_owned(),
+            queue_capacity: 10_000,
+            connect_timeout: Duration::from_secs(1),
+            command_timeout: Duration::from_millis(500),
+            probe_timeout: Duration::from_millis(50),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            warn_every: Duration::from_secs(10),
+            ping_every: Duration::from_secs(1),
+            tls: None,
+        }
+    }
+}

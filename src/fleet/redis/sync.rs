@@ -1,0 +1,296 @@
+//! The store's two tasks: the writer, which drains the queue into Redis, and
+//! the supervisor, which (re)connects, resyncs the mirror and applies other
+//! replicas' announcements.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+
+use super::conn::{self, Conn};
+use super::keys::{self, EventKind};
+use super::scan;
+use super::{Op, Shared};
+use crate::core::hold::{Hold, HoldKind};
+use crate::core::time::UnixMillis;
+
+/// Longest a resync (SCAN and reads of every stored hold) may take.
+const RESYNC_BUDGET: Duration = Duration::from_secs(30);
+
+/// Drains the write queue, one atomic script per write.
+pub(super) async fn write(shared: Arc<Shared>, mut rx: mpsc::Receiver<Op>) {
+    let mut stop = shared.stop.subscribe();
+    loop {
+        let op = tokio::select! {
+            op = rx.recv() => op,
+            _ = stop.wait_for(|stopped| *stopped) => None,
+        };
+        let Some(op) = op else { return };
+        let Some(conn) = shared.conn.load_full() else {
+            // Not connected: a placed hold stays in the mirror and is written
+            // through by the resync on reconnect; a lift is kept and replayed.
+            if let Op::Lift(h) = op {
+                shared.keep_lift(h);
+            }
+            continue;
+        };
+        let mut conn = (*conn).clone();
+        match op {
+            Op::Put(h) => {
+                put(&shared, &mut conn, &h).await;
+            }
+            Op::Lift(h) => {
+                if !lift(&shared, &mut conn, &h).await {
+                    shared.keep_lift(h);
+                }
+            }
+        }
+    }
+}
+
+/// The extend-only write of `hold`; adopts the stored hold into the mirror
+/// when Redis kept another (an end at least as late, or another id).
+async fn put(shared: &Shared, conn: &mut Conn, hold: &Hold) -> bool {
+    let Some(json) = keys::encode_hold(hold) else {
+        shared.dropped("hold larger than 8 KiB", hold);
+        return true;
+    };
+    let mut call = shared.put_script.prepare_invoke();
+    call.key(keys::hold_key(&shared.opts.namespace, hold))
+        .key(keys::lifted_key(&shared.opts.namespace, hold))
+        .arg(&hold.id)
+        .arg(hold.since.0)
+        .arg(hold.until.0)
+        .arg(&json)
+        .arg(&shared.channel)
+        .arg(&shared.origin);
+    let run = call.invoke_async::<(i64, String, String, String, Vec<u8>)>(conn);
+    match tokio::time::timeout(shared.opts.command_timeout, run).await {
+        Ok(Ok((status, id, since, _until, stored))) => {
+            if status == 3 {
+                // Lifted elsewhere while this replica was not listening.
+                if let Some(mirror) = shared.mirror.get() {
+                    mirror.lift(&hold.id);
+                }
+            } else if status == 0 || id != hold.id {
+                if let (Some(mirror), Some(h)) = (shared.mirror.get(), keys::decode_hold(&id, &since, &stored)) {
+                    mirror.apply_remote(h, UnixMillis::now());
+                }
+            }
+            true
+        }
+        Ok(Err(e)) => {
+            shared.failed("writing a hold", &e);
+            false
+        }
+        Err(_) => {
+            shared.error("writing a hold", &"timed out");
+            shared.reconnect.notify_waiters();
+            false
+        }
+    }
+}
+
+/// Lifts `hold` in Redis and announces it; false when Redis did not answer.
+async fn lift(shared: &Shared, conn: &mut Conn, hold: &Hold) -> bool {
+    let json = keys::encode_hold(hold).unwrap_or_else(|| "{}".to_owned());
+    let mut call = shared.lift_script.prepare_invoke();
+    call.key(keys::hold_key(&shared.opts.namespace, hold))
+        .key(keys::lifted_key(&shared.opts.namespace, hold))
+        .arg(&hold.id)
+        .arg(hold.until.0)
+        .arg(&shared.channel)
+        .arg(&shared.origin)
+        .arg(&json);
+    let run = call.invoke_async::<i64>(conn);
+    match tokio::time::timeout(shared.opts.command_timeout, run).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            shared.failed("lifting a hold", &e);
+            false
+        }
+        Err(_) => {
+            shared.error("lifting a hold", &"timed out");
+            shared.reconnect.notify_waiters();
+            false
+        }
+    }
+}
+
+/// Connects, resyncs and follows, again and again, with backoff between
+/// tries, until the store is dropped.
+pub(super) async fn supervise(shared: Arc<Shared>) {
+    let mut stop = shared.stop.subscribe();
+    let mut backoff = shared.opts.backoff_min;
+    loop {
+        tokio::select! {
+            () = round(&shared, &mut backoff) => {}
+            _ = stop.wait_for(|stopped| *stopped) => {
+                shared.conn.store(None);
+                shared.set_connected(false);
+                return;
+            }
+        }
+    }
+}
+
+/// One connection, followed until lost, then the wait before the next.
+async fn round(shared: &Shared, backoff: &mut Duration) {
+    match session(shared).await {
+        Ok((sink, stream)) => {
+            *backoff = shared.opts.backoff_min;
+            follow(shared, stream).await;
+            drop(sink);
+        }
+        Err(e) => shared.error("connecting", &e),
+    }
+    shared.conn.store(None);
+    shared.set_connected(false);
+    let jittered = backoff.mul_f64(rand::random_range(0.8..1.2));
+    tokio::time::sleep(jittered).await;
+    *backoff = backoff
+        .saturating_mul(2)
+        .min(shared.opts.backoff_max.max(shared.opts.backoff_min));
+}
+
+/// One connection: connect, subscribe, replay lifts, resync. The
+/// subscription comes before the SCAN, so nothing announced meanwhile is
+/// missed (announcements are applied after the SCAN, extend-only).
+async fn session(shared: &Shared) -> Result<(PubSubSink, PubSubStream), String> {
+    let t = shared.timeouts();
+    let budget = t.connect.saturating_mul(3);
+    let (mut conn, nodes) = tokio::time::timeout(budget, shared.target.connect(t))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let pubsub = tokio::time::timeout(budget, conn::subscribe(&nodes, &shared.channel))
+        .await
+        .map_err(|_| "subscribe timed out".to_owned())?
+        .map_err(|e| format!("subscribe: {e}"))?;
+    let (sink, stream) = pubsub.split();
+    shared.conn.store(Some(Arc::new(conn.clone())));
+
+    // Lifts made while Redis was away go first: a released hold must not
+    // come back from the resync.
+    let lifts: Vec<Hold> = {
+        let mut pending = shared
+            .pending_lifts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending.drain(..).collect()
+    };
+    let mut lifts = lifts.into_iter();
+    while let Some(h) = lifts.next() {
+        if !lift(shared, &mut conn, &h).await {
+            shared.keep_lift(h);
+            lifts.for_each(|h| shared.keep_lift(h));
+            return Err("replaying lifts failed".to_owned());
+        }
+    }
+
+    let stored = tokio::time::timeout(RESYNC_BUDGET, scan::scan_holds(&mut conn, &shared.opts.namespace))
+        .await
+        .map_err(|_| "resync timed out".to_owned())?
+        .map_err(|e| format!("resync: {e}"))?;
+    let Some(mirror) = shared.mirror.get() else {
+        return Err("not started".to_owned());
+    };
+    let found = stored.len();
+    let stored_until: HashMap<(String, HoldKind), UnixMillis> = stored
+        .iter()
+        .map(|h| ((h.key.storage_key(), h.kind), h.until))
+        .collect();
+    let now = UnixMillis::now();
+    // Written through: the holds placed here while Redis was away, and the
+    // ones extended here meanwhile (Redis has them with an earlier end).
+    let mut through = mirror.resync(stored, now);
+    through.extend(mirror.snapshot(now).into_iter().filter(|h| {
+        stored_until
+            .get(&(h.key.storage_key(), h.kind))
+            .is_some_and(|until| *until < h.until)
+    }));
+    let written = through.len();
+    for h in through {
+        shared.enqueue(Op::Put(h));
+    }
+    shared.set_connected(true);
+    tracing::info!(
+        store = %shared.target.describe(),
+        stored = found,
+        written_through = written,
+        "shared state store connected and resynced"
+    );
+    Ok((sink, stream))
+}
+
+/// Applies announcements until the connection is lost or a command failed.
+async fn follow(shared: &Shared, mut stream: PubSubStream) {
+    let reconnect = shared.reconnect.notified();
+    tokio::pin!(reconnect);
+    reconnect.as_mut().enable();
+    let mut ping = tokio::time::interval(shared.opts.ping_every.max(Duration::from_millis(10)));
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            msg = stream.next() => match msg {
+                Some(msg) => apply(shared, msg.get_payload_bytes()),
+                None => {
+                    shared.error("following the fleet's announcements", &"connection lost");
+                    return;
+                }
+            },
+            () = &mut reconnect => return,
+            _ = ping.tick() => {
+                let Some(conn) = shared.conn.load_full() else { return };
+                let mut conn = (*conn).clone();
+                let cmd = ::redis::cmd("PING");
+                let pong = cmd.query_async::<String>(&mut conn);
+                match tokio::time::timeout(shared.opts.command_timeout, pong).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        shared.error("ping", &e);
+                        return;
+                    }
+                    Err(_) => {
+                        shared.error("ping", &"timed out");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Applies one announcement of another replica to the mirror (this
+/// replica's own are skipped: the writer already applied their outcome).
+fn apply(shared: &Shared, payload: &[u8]) {
+    let Some(event) = keys::parse_event(payload) else {
+        return;
+    };
+    if event.origin == shared.origin {
+        return;
+    }
+    let Some(mirror) = shared.mirror.get() else {
+        return;
+    };
+    let now = UnixMillis::now();
+    match event.kind {
+        EventKind::Placed | EventKind::Extended => mirror.apply_remote(event.hold, now),
+        EventKind::Lifted => {
+            if mirror.lift(&event.hold.id).is_none() {
+                // The same scope and kind held here under another id (placed
+                // concurrently): lifted too unless it ends later.
+                let k = &event.hold.key;
+                for h in mirror.covering(&k.catalog, &k.dependency, k.tenant(), k.method(), now) {
+                    if h.key == event.hold.key && h.kind == event.hold.kind && h.until <= event.hold.until {
+                        mirror.lift(&h.id);
+                    }
+                }
+            }
+        }
+    }
+}
