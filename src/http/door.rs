@@ -1,7 +1,10 @@
 //! The door's service, in front of the routes: finds the route (404, 405),
-//! answers CORS preflights, sheds load with the gRPC calls' own
-//! `--max-concurrent-calls` slots, refuses a body that is not JSON (415) or
-//! is over `--max-message-bytes` (413), turns a panic into a 500, and
+//! answers CORS preflights, admits each request against the gRPC calls'
+//! own [`Ledger`] (call slots and buffered bytes, server-wide and per
+//! connection: 429 when full; the answer holds its ticket until it has been
+//! taken by the connection, like a gRPC answer), refuses a body that is not
+//! JSON (415), is over `--max-message-bytes` (413) or does not arrive within
+//! `--first-message-timeout` (408), turns a panic into a 500, and
 //! counts every request in `http_server_requests_total{route,code}` and
 //! `http_server_request_duration_seconds{route}` (route: one of the
 //! templates of [`ROUTES`](super::routes::ROUTES) or `unknown`; code: the
@@ -13,18 +16,19 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use futures_util::FutureExt as _;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt as _;
-use tokio::sync::Semaphore;
 use tonic::Code;
 
 use super::error::ApiError;
 use super::routes::{self, Call, methods_of, route_of};
 use crate::grpc::RetryDecisionApi;
+use crate::server::answer::{Answer, Stalls};
+use crate::server::ledger::{Ledger, Refusal, Ticket};
 use crate::server::overload::SHED_TOTAL;
 
 /// Counter of HTTP requests, by route template and HTTP status.
@@ -37,6 +41,8 @@ pub const DURATION_SECONDS: &str = "http_server_request_duration_seconds";
 pub struct HttpConfig {
     /// Largest request body in bytes (`--max-message-bytes`).
     pub max_message_bytes: usize,
+    /// Time a request body has to arrive whole (`--first-message-timeout`).
+    pub first_message_timeout: Duration,
     /// Origins allowed cross-origin (`--http-cors-origin`); empty: CORS off;
     /// `*`: any origin.
     pub cors_origins: Vec<String>,
@@ -52,7 +58,8 @@ struct Inner {
     api: RetryDecisionApi,
     health: Arc<tonic_health::server::HealthService>,
     config: HttpConfig,
-    permits: Option<Arc<Semaphore>>,
+    ledger: Arc<Ledger>,
+    stalls: Stalls,
 }
 
 impl std::fmt::Debug for HttpDoor {
@@ -65,13 +72,14 @@ impl std::fmt::Debug for HttpDoor {
 
 impl HttpDoor {
     /// A door onto `api`, reporting `health`'s status at `/healthz` and
-    /// `/readyz`, taking a slot of `permits` (the gRPC calls' semaphore of
-    /// `--max-concurrent-calls`; `None`: no limit) per request.
+    /// `/readyz`, admitting requests against `ledger` (the gRPC calls' own),
+    /// its answers watched by `stalls`.
     pub fn new(
         api: RetryDecisionApi,
         health: tonic_health::server::HealthReporter,
         config: HttpConfig,
-        permits: Option<Arc<Semaphore>>,
+        ledger: Arc<Ledger>,
+        stalls: Stalls,
     ) -> Self {
         metrics::describe_counter!(REQUESTS_TOTAL, "HTTP/JSON requests answered, by route and HTTP status.");
         metrics::describe_histogram!(
@@ -84,7 +92,8 @@ impl HttpDoor {
                 api,
                 health: Arc::new(tonic_health::server::HealthService::from_health_reporter(health)),
                 config,
-                permits,
+                ledger,
+                stalls,
             }),
         }
     }
@@ -157,24 +166,21 @@ impl Inner {
             // Probes are never shed: an overloaded server is busy, not unhealthy.
             return routes::health(&self.health).await;
         }
-        let _permit = match &self.permits {
-            None => None,
-            Some(p) => match Arc::clone(p).try_acquire_owned() {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    metrics::counter!(SHED_TOTAL).increment(1);
-                    return ApiError::new(
-                        Code::ResourceExhausted,
-                        "server overloaded: too many calls in flight (--max-concurrent-calls); retry with backoff",
-                    )
-                    .into_response();
-                }
-            },
-        };
-        match self.dispatch(route, req).await {
+        let mut ticket = self.ledger.ticket(crate::grpc::holds::remote_addr(req.extensions()));
+        let response = match self.dispatch(route, req, &mut ticket).await {
             Ok(r) => r,
-            Err(e) => e.into_response(),
-        }
+            Err(e) => return e.into_response(),
+        };
+        // The answer holds its ticket (slot and bytes) until the connection
+        // has taken it, as a gRPC answer does.
+        let (parts, body) = response.into_parts();
+        let Ok(collected) = body.collect().await else {
+            return ApiError::new(Code::Internal, "internal error").into_response();
+        };
+        let bytes = collected.to_bytes();
+        ticket.set_bytes(bytes.len());
+        let frames = std::collections::VecDeque::from([Ok(http_body::Frame::data(bytes))]);
+        Response::from_parts(parts, Body::new(Answer::new(frames, None, ticket, &self.stalls)))
     }
 
     fn preflight(&self, req: &Request<Body>, allow: &str) -> Response<Body> {
@@ -196,14 +202,36 @@ impl Inner {
         r
     }
 
-    async fn dispatch(&self, route: &'static str, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+    async fn dispatch(
+        &self,
+        route: &'static str,
+        req: Request<Body>,
+        ticket: &mut Ticket,
+    ) -> Result<Response<Body>, ApiError> {
         let (parts, body) = req.into_parts();
         let body = if parts.method == Method::POST {
             check_json(&parts.headers)?;
-            self.read_body(&parts.headers, body).await?
+            let read = self.read_body(&parts.headers, body, ticket);
+            match tokio::time::timeout(self.config.first_message_timeout, read).await {
+                Ok(read) => read?,
+                Err(_) => {
+                    return Err(ApiError {
+                        http: StatusCode::REQUEST_TIMEOUT,
+                        ..ApiError::new(
+                            Code::DeadlineExceeded,
+                            format!(
+                                "the request body did not arrive within {:?} (--first-message-timeout)",
+                                self.config.first_message_timeout
+                            ),
+                        )
+                    });
+                }
+            }
         } else {
             bytes::Bytes::new()
         };
+        // A call slot once the request is whole, as for gRPC calls.
+        ticket.take_call().map_err(shed)?;
         let query = parts
             .uri
             .query()
@@ -232,8 +260,15 @@ impl Inner {
         }
     }
 
-    /// The whole body, at most `--max-message-bytes` (413 beyond).
-    async fn read_body(&self, headers: &http::HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
+    /// The whole body, at most `--max-message-bytes` (413 beyond), its
+    /// bytes charged to `ticket` as they arrive (429 when the server or the
+    /// connection holds its limit of buffered bytes).
+    async fn read_body(
+        &self,
+        headers: &http::HeaderMap,
+        mut body: Body,
+        ticket: &mut Ticket,
+    ) -> Result<bytes::Bytes, ApiError> {
         let limit = self.config.max_message_bytes;
         let declared = headers
             .get(header::CONTENT_LENGTH)
@@ -242,15 +277,25 @@ impl Inner {
         if let Some(n) = declared.filter(|n| *n > limit as u64) {
             return Err(ApiError::too_large(Some(n), limit));
         }
-        match http_body_util::Limited::new(body, limit).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::too_large(None, limit)),
-            Err(e) => Err(ApiError::new(
-                Code::InvalidArgument,
-                format!("body: could not be read: {e}"),
-            )),
+        let mut buf = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame =
+                frame.map_err(|e| ApiError::new(Code::InvalidArgument, format!("body: could not be read: {e}")))?;
+            let Ok(data) = frame.into_data() else { continue };
+            if buf.len() + data.len() > limit {
+                return Err(ApiError::too_large(None, limit));
+            }
+            ticket.charge(data.len()).map_err(shed)?;
+            buf.extend_from_slice(&data);
         }
+        Ok(buf.freeze())
     }
+}
+
+/// 429 for a request the ledger has no room for (counted as shed).
+fn shed(refusal: Refusal) -> ApiError {
+    metrics::counter!(SHED_TOTAL).increment(1);
+    ApiError::from_status(&refusal.status())
 }
 
 /// 415 unless the request says its body is `application/json`.
@@ -287,9 +332,11 @@ mod tests {
             reporter,
             HttpConfig {
                 max_message_bytes: 1024,
+                first_message_timeout: Duration::from_secs(5),
                 cors_origins: Vec::new(),
             },
-            None,
+            Ledger::new(crate::server::ledger::Limits::default()),
+            Stalls::new(),
         )
     }
 
