@@ -509,21 +509,35 @@ async fn cors_is_off_by_default_and_on_for_named_origins() {
     assert!(r.headers().get("access-control-allow-origin").is_none());
 }
 
+/// A request the admission ledger has no room for (here: buffered bytes,
+/// the same ledger gRPC calls are admitted by) is shed with 429; probes never.
 #[tokio::test]
 async fn overload_is_shed_with_429_and_probes_never() {
-    let server = Server::start(&["--max-concurrent-calls", "1"]);
-    let (_tx, _call) = grpc_support::hold_a_call(server.channel().await);
-    grpc_support::batch_calls_started(&server, 1.0).await;
-    let (status, body) = post(&server, "/v1/classify", &json!({"failure": {}})).await;
+    let server = Server::start(&[
+        "--max-buffered-bytes",
+        "1024",
+        "--max-buffered-bytes-per-connection",
+        "1024",
+    ]);
+    let big = json!({"failure": {"code": "QUEUE_OVERFLOW", "method": "m".repeat(2000)}});
+    let (status, body) = post(&server, "/v1/classify", &big).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["code"], 8);
     assert!(
         body["message"]
             .as_str()
             .expect("message")
-            .contains("--max-concurrent-calls")
+            .contains("--max-buffered-bytes"),
+        "{body}"
     );
+    let (status, body) = post(&server, "/v1/classify", &json!({"failure": {"attempt": 1}})).await;
+    assert_eq!(status, 200, "a small request fits: {body}");
     assert_eq!(get(&server, "/readyz").await.0, 200, "probes are not shed");
+    let scrape = server.scrape();
+    assert!(
+        sample(&scrape, "retryd_calls_shed_total").is_some_and(|n| n >= 1.0),
+        "{scrape}"
+    );
 }
 
 /// Sends an HTTP/1.1 request whose body is held back, returns the stream.
