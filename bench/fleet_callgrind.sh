@@ -5,6 +5,7 @@
 # on a busy machine too.
 #
 #   bench/fleet_callgrind.sh [--calls 20000]
+#   RETRYD_BIN=… RETRYD_LOAD=… bench/fleet_callgrind.sh   # binaries already built
 #
 # For each of: health Check, Admit (no hold in force), Classify with
 # --state memory, Classify with --state redis://… (a real redis-server), it
@@ -43,11 +44,14 @@ trap cleanup EXIT
 log() { printf '[callgrind %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-log "building release retryd and retryd-load"
-timeout 1800 cargo build --release --quiet --bin retryd --bin retryd-load
+# RETRYD_BIN / RETRYD_LOAD: measure these binaries instead of building them.
+if [[ -z "${RETRYD_BIN:-}" ]]; then
+  log "building release retryd and retryd-load"
+  timeout 1800 cargo build --release --quiet --bin retryd --bin retryd-load
+fi
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-RETRYD="$TARGET_DIR/release/retryd"
-LOAD="$TARGET_DIR/release/retryd-load"
+RETRYD="${RETRYD_BIN:-$TARGET_DIR/release/retryd}"
+LOAD="${RETRYD_LOAD:-$TARGET_DIR/release/retryd-load}"
 
 REDIS_PORT="$(free_port)"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >/dev/null 2>&1 &
