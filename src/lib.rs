@@ -13,3 +13,4 @@ pub mod fleet;
 pub mod grpc;
 pub mod load;
 pub mod server;
+pub mod traces;

@@ -23,7 +23,7 @@ pub enum Command {
     /// Decide one failure locally and print the decision.
     Classify(Box<classify::ClassifyArgs>),
     /// Run the gRPC service.
-    Serve(crate::server::ServeArgs),
+    Serve(Box<crate::server::ServeArgs>),
     /// Probe a running server's health (grpc_health_probe's exit codes).
     Health(crate::server::HealthArgs),
     /// Validate catalog files or print a catalog's decision matrix.
@@ -38,7 +38,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Classify(args) => classify::run(&args),
-        Command::Serve(args) => crate::server::serve_main(args),
+        Command::Serve(args) => crate::server::serve_main(*args),
         Command::Health(args) => crate::server::health_main(args),
         Command::Policy(cmd) => policy::run(&cmd),
         Command::Holds(cmd) => holds::run(cmd),
