@@ -1,4 +1,4 @@
-module github.com/retryd/retryd/deploy/check
+module retryd/deploy/check
 
 go 1.26.0
 
