@@ -1,8 +1,8 @@
 //! Generates the gRPC code for `proto/retryd/v1/retryd.proto` without a
 //! system `protoc`: `protox` parses the proto files into a descriptor set in
 //! pure Rust, and `tonic-prost-build` generates messages, client and server
-//! from it. Imports resolve in `proto/` and `third_party/proto/` (googleapis'
-//! `google/rpc`). The encoded descriptor set, with
+//! from it. Imports resolve in `proto/` (which holds googleapis'
+//! `google/rpc/status.proto`) and `third_party/proto/`. The encoded descriptor set, with
 //! `google/rpc/error_details.proto` added so clients can decode error
 //! details, is written to `$OUT_DIR/retryd_descriptor.bin` for the gRPC
 //! reflection service.
