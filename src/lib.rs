@@ -12,5 +12,6 @@ pub mod core;
 pub mod fleet;
 pub mod grpc;
 pub mod load;
+pub mod safety;
 pub mod server;
 pub mod traces;

@@ -1,8 +1,10 @@
-//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`.
+//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`, `replay`.
 
 pub mod classify;
 pub mod holds;
 pub mod policy;
+pub mod policy_test;
+pub mod replay;
 
 use std::process::ExitCode;
 
@@ -29,6 +31,8 @@ pub enum Command {
     /// Validate catalog files or print a catalog's decision matrix.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Re-decide a decision log's failures under another policy: what would change.
+    Replay(replay::ReplayArgs),
     /// List, release or watch the fleet's holds on a running server.
     #[command(subcommand)]
     Holds(holds::HoldsCommand),
@@ -42,6 +46,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Health(args) => crate::server::health_main(args),
         Command::Policy(cmd) => policy::run(&cmd),
         Command::Holds(cmd) => holds::run(cmd),
+        Command::Replay(args) => replay::run(&args),
     }
 }
 

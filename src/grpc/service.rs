@@ -24,6 +24,7 @@ use crate::core::hold::Hold;
 use crate::core::limits::{self, FieldViolation};
 use crate::core::{DecideError, Decision, Policy, UnixMillis, Verdict, Warning, decide, decide_held};
 use crate::fleet::{Fleet, PlaceOutcome};
+use crate::safety::observe::DecisionObserver;
 
 /// Counter of decisions, labelled `catalog` (a loaded catalog's name) and
 /// `verdict` (the fixed set of [`Verdict::as_str`]).
@@ -68,6 +69,7 @@ pub struct RetryDecisionApi {
     fleet: Option<Arc<Fleet>>,
     operators: Arc<Operators>,
     draining: tokio::sync::watch::Receiver<bool>,
+    observer: Option<Arc<dyn DecisionObserver>>,
 }
 
 impl RetryDecisionApi {
@@ -80,7 +82,15 @@ impl RetryDecisionApi {
             fleet: None,
             operators: Arc::new(Operators::default()),
             draining: tokio::sync::watch::channel(false).1,
+            observer: None,
         }
+    }
+
+    /// Shows every decision answered to `observer` (the shadow policy, the
+    /// decision log), after it is made and before it is sent.
+    pub fn with_observer(mut self, observer: Arc<dyn DecisionObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Decides with fleet memory: holds placed by decisions, Admit and the
@@ -135,7 +145,7 @@ impl RetryDecisionApi {
         let span = tracing::debug_span!("Classify", catalog = Empty, code = Empty, verdict = Empty);
         let _entered = span.enter();
         let policy = self.policy.load();
-        let fleet = FleetCtx::new(self.fleet.as_deref(), caller);
+        let fleet = FleetCtx::new(self.fleet.as_deref(), caller, self.observer.as_deref());
         let decided = classify_one(&policy, req, now, &fleet);
         match &decided {
             Ok((d, _)) => {
@@ -194,7 +204,7 @@ impl RetryDecisionApi {
         check_locale(&req.locale).map_err(Violation::into_status)?;
 
         let policy = self.policy.load();
-        let fleet = FleetCtx::new(self.fleet.as_deref(), caller);
+        let fleet = FleetCtx::new(self.fleet.as_deref(), caller, self.observer.as_deref());
         let mut summary = pb::BatchSummary::default();
         let mut tally = Tally::default();
         // Slots of an earlier response: each is overwritten whole.
@@ -544,11 +554,16 @@ fn classify_one<'a>(
 struct FleetCtx<'f> {
     fleet: Option<&'f Fleet>,
     caller: &'f str,
+    observer: Option<&'f dyn DecisionObserver>,
 }
 
 impl<'f> FleetCtx<'f> {
-    fn new(fleet: Option<&'f Fleet>, caller: &'f str) -> Self {
-        FleetCtx { fleet, caller }
+    fn new(fleet: Option<&'f Fleet>, caller: &'f str, observer: Option<&'f dyn DecisionObserver>) -> Self {
+        FleetCtx {
+            fleet,
+            caller,
+            observer,
+        }
     }
 }
 
@@ -568,11 +583,26 @@ fn decide_failure<'a>(
     name: impl Fn(&str) -> String,
 ) -> Result<(Decision<'a>, Option<Hold>), Violation> {
     let f = failure_from_proto(failure, locale);
-    limits::check(&f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))?;
+    let decided = decide_checked(policy, failure, &f, now, ctx, name);
+    if let (Some(observer), Ok((d, hold))) = (ctx.observer, &decided) {
+        observer.observe(&f, d, hold.as_ref(), now);
+    }
+    decided
+}
+
+fn decide_checked<'a>(
+    policy: &'a Policy,
+    failure: &pb::Failure,
+    f: &crate::core::Failure<'a>,
+    now: UnixMillis,
+    ctx: &FleetCtx<'_>,
+    name: impl Fn(&str) -> String,
+) -> Result<(Decision<'a>, Option<Hold>), Violation> {
+    limits::check(f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))?;
     let unknown_catalog = |e: DecideError| match e {
         DecideError::UnknownCatalog { .. } => Violation::new(name("catalog"), e.to_string()),
     };
-    let mut d = decide(policy, &f, now).map_err(unknown_catalog)?;
+    let mut d = decide(policy, f, now).map_err(unknown_catalog)?;
     // A Timestamp outside 0001-01-01..9999-12-31 (or with bad nanos) is
     // clamped on the way in and out: say so rather than clamp silently.
     let stamps = [failure.deadline.as_ref(), failure.quota_resets_at.as_ref()];
@@ -601,7 +631,7 @@ fn decide_failure<'a>(
     let hold = fleet.in_force(d.catalog, f.dependency, f.tenant, f.method, now);
     let mut d = match &hold {
         Some(h) if d.retry.retryable => {
-            decide_held(policy, &f, now, Some(Fleet::retry_floor(h, now))).map_err(unknown_catalog)?
+            decide_held(policy, f, now, Some(Fleet::retry_floor(h, now))).map_err(unknown_catalog)?
         }
         _ => d,
     };

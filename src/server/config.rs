@@ -119,6 +119,9 @@ pub struct ServeArgs {
     /// Fleet memory: where holds live and who manages them.
     #[command(flatten)]
     pub fleet: super::fleet::FleetArgs,
+    /// Shadow policy and decision log.
+    #[command(flatten)]
+    pub tap: super::tap::TapArgs,
 }
 
 /// Default of `--max-concurrent-calls`: far above what two cores answer

@@ -145,9 +145,16 @@ pub struct BoundServer {
     policy: PolicyHandle,
     config: ServerConfig,
     fleet: Option<(Arc<Fleet>, Operators)>,
+    observer: Option<Arc<dyn crate::safety::observe::DecisionObserver>>,
 }
 
 impl BoundServer {
+    /// Shows every decision to `observer` (shadow policy, decision log).
+    pub fn with_observer(mut self, observer: Arc<dyn crate::safety::observe::DecisionObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Serves with fleet memory (holds, Admit and the hold RPCs).
     pub fn with_fleet(mut self, fleet: Arc<Fleet>, operators: Operators) -> Self {
         self.fleet = Some((fleet, operators));
@@ -197,6 +204,7 @@ impl BoundServer {
             policy,
             config,
             fleet: None,
+            observer: None,
         })
     }
 
@@ -227,6 +235,7 @@ impl BoundServer {
             policy,
             config,
             fleet,
+            observer,
         } = self;
         let prometheus = metrics::install();
         let _metrics_upkeep = AbortOnDrop(tokio::spawn(metrics::upkeep(prometheus.clone())));
@@ -257,6 +266,9 @@ impl BoundServer {
         );
         if let Some((fleet, operators)) = fleet {
             api = api.with_fleet(fleet, operators, draining_seen);
+        }
+        if let Some(observer) = observer {
+            api = api.with_observer(observer);
         }
         let api = RetryDecisionServiceServer::new(api).max_decoding_message_size(config.max_message_bytes);
 

@@ -84,6 +84,10 @@ pub struct CatalogSource {
     /// When an exhausted allowance resets (for `quota_stop` holds).
     #[serde(default)]
     pub quota: Field<super::holds::QuotaSource>,
+    /// Policy test cases kept in the catalog file (`[[tests]]`), read by
+    /// `retryd policy test`, not by the catalog compiler.
+    #[serde(default)]
+    pub tests: Field<toml::Value>,
     /// Keys the format does not have.
     #[serde(flatten)]
     pub unknown_keys: UnknownKeys,
@@ -105,6 +109,7 @@ impl CatalogSource {
         "no_envelope",
         "max_delay_ms",
         "quota",
+        "tests",
     ];
 }
 
