@@ -116,6 +116,20 @@ pub struct ServeArgs {
     /// (a `traceparent` from the caller keeps its sampled flag), 0 to 1.
     #[arg(long, env = "RETRYD_TRACE_SAMPLE_RATIO", default_value_t = 0.1)]
     pub trace_sample_ratio: f64,
+    /// Serve the HTTP/JSON door (`/v1/*`, `/healthz`, `/readyz`) on the
+    /// gRPC port, routed by path; `false`: gRPC only.
+    #[arg(long, env = "RETRYD_HTTP", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub http: bool,
+    /// An origin (e.g. `https://dash.example.com`) whose browser pages may
+    /// call the HTTP/JSON door (CORS); repeatable or comma-separated; `*`
+    /// allows any. None: CORS off.
+    #[arg(
+        long = "http-cors-origin",
+        value_name = "ORIGIN",
+        env = "RETRYD_HTTP_CORS_ORIGIN",
+        value_delimiter = ','
+    )]
+    pub http_cors_origin: Vec<String>,
     /// Fleet memory: where holds live and who manages them.
     #[command(flatten)]
     pub fleet: super::fleet::FleetArgs,

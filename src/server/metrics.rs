@@ -159,6 +159,13 @@ pub fn install() -> PrometheusHandle {
                 Ok(b) => b,
                 Err(_) => PrometheusBuilder::new(),
             };
+            let builder = match builder.set_buckets_for_metric(
+                Matcher::Full(crate::http::door::DURATION_SECONDS.into()),
+                SECONDS_BUCKETS,
+            ) {
+                Ok(b) => b,
+                Err(_) => PrometheusBuilder::new(),
+            };
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_err() {
@@ -368,6 +375,14 @@ where
     }
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        if crate::http::is_http_path(req.uri().path()) {
+            // Counted by the HTTP door (http_server_requests_total).
+            return MeteredFuture {
+                inner: self.inner.call(req),
+                pending: Pending(None),
+                sent: None,
+            };
+        }
         let (service, method, kind) = method_type_labels(req.uri().path());
         let labels = [("grpc_type", kind), ("grpc_service", service), ("grpc_method", method)];
         metrics::counter!(STARTED_TOTAL, &labels).increment(1);
