@@ -9,7 +9,7 @@
 #
 # Installs:
 #   - Go tools (pinned in scripts/tool-versions.sh) into $(go env GOPATH)/bin:
-#     ghz, grpc_health_probe, grpcurl, protoc-gen-go, protoc-gen-go-grpc
+#     ghz, grpc_health_probe, grpcurl, protoc-gen-go, protoc-gen-go-grpc, helm
 #   - examples/python/.venv with examples/python/requirements.txt
 #   - examples/node/node_modules (npm ci)
 #   - scripts/tools/node_modules: @bufbuild/buf (npm ci); run it as scripts/buf.sh

@@ -10,4 +10,6 @@ GO_TOOLS=(
   "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4 grpcurl"
   "google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12 protoc-gen-go"
   "google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2 protoc-gen-go-grpc"
+  # scripts/deploy-check.sh: helm lint / helm template of deploy/helm/retryd
+  "helm.sh/helm/v3/cmd/helm@v3.22.0 helm"
 )

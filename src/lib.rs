@@ -15,3 +15,4 @@ pub mod http;
 pub mod load;
 pub mod safety;
 pub mod server;
+pub mod traces;

@@ -433,6 +433,79 @@ async fn reflection_lists_the_services() {
     );
 }
 
+/// Reflection serves google/rpc/error_details.proto, so grpcurl (and
+/// grpcui) decode the BadRequest of an error instead of printing
+/// "google.rpc.BadRequest is not recognized".
+#[tokio::test]
+async fn reflection_serves_the_error_details_grpcurl_decodes() {
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let server = Server::start(&[]);
+    for symbol in ["google.rpc.BadRequest", "google.rpc.ErrorInfo", "google.rpc.Status"] {
+        let response = reflect(
+            server.channel().await,
+            MessageRequest::FileContainingSymbol(symbol.into()),
+        )
+        .await;
+        assert!(
+            matches!(response.message_response, Some(MessageResponse::FileDescriptorResponse(ref f)) if !f.file_descriptor_proto.is_empty()),
+            "{symbol}: {response:?}"
+        );
+    }
+
+    let grpcurl = std::env::var_os("GRPCURL")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            let home = std::path::PathBuf::from(std::env::var_os("HOME")?);
+            Some(home.join("go/bin/grpcurl")).filter(|p| p.exists())
+        })
+        .or_else(|| {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|d| d.join("grpcurl"))
+                .find(|p| p.exists())
+        });
+    let Some(grpcurl) = grpcurl else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "grpcurl not found (scripts/install-tools.sh installs it into ~/go/bin)"
+        );
+        eprintln!("grpcurl not installed: the grpcurl half of this test is skipped");
+        return;
+    };
+    // A code over the 128-byte limit: INVALID_ARGUMENT naming failure.code.
+    let request = format!(
+        r#"{{"failure": {{"catalog": "vibecode", "code": "{}", "operation": "OPERATION_KIND_READ", "attempt": 1}}}}"#,
+        "C".repeat(129)
+    );
+    // The server is another process: blocking here is harmless.
+    let out = std::process::Command::new(&grpcurl)
+        .args([
+            "-plaintext",
+            "-d",
+            &request,
+            &server.addr.to_string(),
+            "retryd.v1.RetryDecisionService/Classify",
+        ])
+        .output()
+        .expect("run grpcurl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("InvalidArgument"), "{text}");
+    assert!(
+        !text.contains("not recognized"),
+        "grpcurl could not decode a detail:\n{text}"
+    );
+    assert!(
+        text.contains("google.rpc.BadRequest") && text.contains(r#""field": "failure.code""#),
+        "grpcurl shows the field violation:\n{text}"
+    );
+}
+
 #[tokio::test]
 async fn metrics_count_calls_and_decisions() {
     let server = Server::start(&[]);
@@ -459,7 +532,7 @@ async fn metrics_count_calls_and_decisions() {
     client.classify_batch(batch).await.expect("batch");
 
     let scrape = server.scrape();
-    let svc = r#"grpc_service="retryd.v1.RetryDecisionService""#;
+    let svc = r#"grpc_type="unary",grpc_service="retryd.v1.RetryDecisionService""#;
     assert_eq!(
         sample(
             &scrape,
@@ -484,6 +557,32 @@ async fn metrics_count_calls_and_decisions() {
         Some(1.0),
         "{scrape}"
     );
+    // go-grpc-prometheus' message counters: one request, one answer.
+    for family in ["grpc_server_msg_received_total", "grpc_server_msg_sent_total"] {
+        assert_eq!(
+            sample(&scrape, &format!(r#"{family}{{{svc},grpc_method="ClassifyBatch"}}"#)),
+            Some(1.0),
+            "{scrape}"
+        );
+    }
+    assert!(
+        scrape.contains(&format!(
+            r#"retryd_build_info{{version="{}",revision=""#,
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{scrape}"
+    );
+    for family in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
+    ] {
+        let value = sample(&scrape, &format!("{family} ")).unwrap_or(-1.0);
+        assert!(value >= 0.0, "{family}: {scrape}");
+    }
+    let rss = sample(&scrape, "process_resident_memory_bytes ").unwrap_or(0.0);
+    assert!(rss > 1_000_000.0, "RSS {rss}");
     assert_eq!(
         sample(
             &scrape,

@@ -101,7 +101,8 @@ struct Call {
 }
 
 /// SIGTERM in the middle of a c=200 load (200 callers over 8 connections,
-/// plus one call held in flight): health turns NOT_SERVING first; the held
+/// plus one call held in flight; `--shutdown-delay 500ms`): health turns
+/// NOT_SERVING first, calls are answered through the delay; the held
 /// call, accepted before, completes OK during the drain; calls that fail
 /// fail with UNAVAILABLE (the connection is gone or refused), never with a
 /// reset or an INTERNAL; the process exits 0 well within the grace.
@@ -112,7 +113,23 @@ async fn sigterm_during_load_drains_accepted_calls() {
     const CONNECTIONS: usize = 8;
     let grace = Duration::from_secs(10);
     // Debug logs of the service: one "decided" line per Classify answered.
-    let mut server = Server::start_with_env(&["--shutdown-grace", "10s"], &[("RUST_LOG", "info,retryd::grpc=debug")]);
+    // The held call's request is sent only after SIGTERM: the first-message
+    // timeout must not end it first on a slow (shared, debug) machine.
+    // --shutdown-delay 500ms, as deployed: calls keep being answered for
+    // half a second after SIGTERM, so a call a caller sent just before
+    // SIGTERM cannot meet the drain's GOAWAY (with no delay it could, on a
+    // loaded machine, and fail without ever reaching the server).
+    let mut server = Server::start_with_env(
+        &[
+            "--shutdown-grace",
+            "10s",
+            "--first-message-timeout",
+            "60s",
+            "--shutdown-delay",
+            "500ms",
+        ],
+        &[("RUST_LOG", "info,retryd::grpc=debug")],
+    );
     let channels: Vec<Channel> = {
         let mut v = Vec::new();
         for _ in 0..CONNECTIONS {

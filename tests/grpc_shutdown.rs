@@ -1,7 +1,11 @@
-//! End-to-end shutdown: SIGTERM flips health to NOT_SERVING, in-flight calls
-//! are drained, and the process exits 0. Also start-up refusals.
+//! End-to-end shutdown: SIGTERM flips health to NOT_SERVING, calls are still
+//! answered for `--shutdown-delay`, in-flight calls are drained, and the
+//! process exits 0 (1 when the grace abandoned calls). Also start-up
+//! refusals.
 
 mod grpc_support;
+
+use std::time::{Duration, Instant};
 
 use grpc_support::{HeldCall, PATIENCE, Server, watch_serving};
 use retryd::grpc::pb;
@@ -107,16 +111,22 @@ async fn sigterm_drains_a_call_in_flight() {
     assert_eq!(status.code(), Some(0), "log:\n{}", server.log());
 }
 
-/// After the grace period, calls still in flight are abandoned and the
-/// process exits 0 anyway.
+/// After the grace period, unary calls still in flight are abandoned,
+/// counted, and make the exit status 1, so an orchestrator's logs show a
+/// lossy stop.
 #[tokio::test]
-async fn grace_period_bounds_the_drain() {
+async fn a_call_held_past_the_grace_makes_the_exit_status_non_zero() {
     let mut server = Server::start(&["--shutdown-grace", "300ms"]);
     let (_tx, call) = hold_a_call(&server, server.channel().await).await;
     server.terminate();
     let status = server.wait_exit().await;
-    assert_eq!(status.code(), Some(0), "log:\n{}", server.log());
-    assert!(server.log().contains("grace period over"), "{}", server.log());
+    let log = server.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        log.contains("grace period over") && log.contains("abandoned=1"),
+        "{log}"
+    );
+    assert!(log.contains("shutdown abandoned 1 call(s)"), "{log}");
     let response = tokio::time::timeout(PATIENCE, call)
         .await
         .expect("call ends")
@@ -125,6 +135,117 @@ async fn grace_period_bounds_the_drain() {
         response.is_err(),
         "the abandoned call cannot have succeeded: {response:?}"
     );
+}
+
+/// What one probe of the delay test saw.
+#[derive(Debug)]
+struct Probe {
+    at: Instant,
+    health: Result<ServingStatus, String>,
+    call: Result<(), String>,
+}
+
+/// `--shutdown-delay`: after SIGTERM, a prober opening a new connection
+/// every 20 ms (as a load balancer's health check does) sees NOT_SERVING,
+/// never a refused connection, for the whole delay, and calls made on new
+/// connections during the delay are answered OK; then the drain runs as
+/// before and the process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_delay_reports_not_serving_while_still_answering() {
+    let delay = Duration::from_secs(2);
+    let mut server = Server::start(&["--shutdown-delay", "2s"]);
+    let url = server.url();
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let prober = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        while !*stop_rx.borrow_and_update() {
+            tick.tick().await;
+            let at = Instant::now();
+            let channel = match tonic::transport::Endpoint::from_shared(url.clone())
+                .expect("endpoint")
+                .connect_timeout(Duration::from_secs(1))
+                .connect()
+                .await
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    seen.push(Probe {
+                        at,
+                        health: Err(format!("connect: {e}")),
+                        call: Err("no connection".into()),
+                    });
+                    continue;
+                }
+            };
+            let health = tonic_health::pb::health_client::HealthClient::new(channel.clone())
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: "retryd.v1.RetryDecisionService".into(),
+                })
+                .await
+                .map(|r| r.into_inner().status())
+                .map_err(|e| e.to_string());
+            let call = pb::retry_decision_service_client::RetryDecisionServiceClient::new(channel)
+                .classify(pb::ClassifyRequest {
+                    failure: Some(batch(1).failures.remove(0)),
+                    locale: String::new(),
+                })
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            seen.push(Probe { at, health, call });
+        }
+        seen
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sigterm = Instant::now();
+    server.terminate();
+    // Probe through most of the delay (the signal lands within milliseconds).
+    tokio::time::sleep(delay - Duration::from_millis(300)).await;
+    stop_tx.send_replace(true);
+    let seen = prober.await.expect("prober");
+    let status = server.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "log:\n{}", server.log());
+
+    // Probes begun before SIGTERM were answered (SERVING, or NOT_SERVING
+    // when the signal landed while they were connecting).
+    let before: Vec<&Probe> = seen.iter().filter(|p| p.at < sigterm).collect();
+    assert!(!before.is_empty());
+    assert!(before.iter().all(|p| p.health.is_ok() && p.call.is_ok()), "{before:#?}");
+    assert_eq!(before[0].health, Ok(ServingStatus::Serving), "{before:#?}");
+    // Every probe after the first NOT_SERVING (the signal's delivery takes
+    // a moment) connected, saw NOT_SERVING, and had its call answered.
+    let first = seen
+        .iter()
+        .position(|p| p.health == Ok(ServingStatus::NotServing))
+        .expect("NOT_SERVING seen during the delay");
+    assert!(
+        seen[first].at.duration_since(sigterm) < Duration::from_millis(500),
+        "NOT_SERVING {:?} after SIGTERM",
+        seen[first].at.duration_since(sigterm)
+    );
+    let during = &seen[first..];
+    assert!(during.len() >= 20, "{} probes during the delay", during.len());
+    for p in during {
+        assert_eq!(p.health, Ok(ServingStatus::NotServing), "{during:#?}");
+        assert!(p.call.is_ok(), "a call during the delay failed: {p:?}");
+    }
+    let log = server.log();
+    assert!(log.contains("shutdown delay over"), "{log}");
+}
+
+/// A second SIGTERM during the delay stops the server at once (exit 1).
+#[tokio::test]
+async fn a_second_sigterm_during_the_delay_stops_at_once() {
+    let mut server = Server::start(&["--shutdown-delay", "60s"]);
+    let _channel = server.channel().await;
+    server.terminate();
+    server.until_logged(&["still answering for the shutdown delay"]).await;
+    let t = Instant::now();
+    server.terminate();
+    let status = server.wait_exit().await;
+    assert_eq!(status.code(), Some(1), "log:\n{}", server.log());
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
 
 #[test]

@@ -168,7 +168,7 @@ async fn mutual_tls_refuses_clients_without_a_certificate_from_the_ca() {
     eprintln!("server:\n{log}");
     let handled = grpc_support::sample(
         &server.scrape(),
-        r#"grpc_server_started_total{grpc_service="retryd.v1.RetryDecisionService",grpc_method="Classify"}"#,
+        r#"grpc_server_started_total{grpc_type="unary",grpc_service="retryd.v1.RetryDecisionService",grpc_method="Classify"}"#,
     );
     assert_eq!(handled, Some(1.0), "only the good client's call reached the service");
 }

@@ -344,9 +344,14 @@ impl RetryDecisionService for RetryDecisionApi {
     type WatchHoldsStream = holds::WatchStream;
 
     async fn admit(&self, request: Request<pb::AdmitRequest>) -> Result<Response<pb::AdmitResponse>, Status> {
+        let mut span = crate::traces::start("Admit", request.metadata());
         let fleet = self.fleet()?;
         let policy = self.policy.load();
-        holds::admit(fleet, &policy, request.get_ref()).await.map(Response::new)
+        let result = holds::admit(fleet, &policy, request.get_ref()).await;
+        if let Some(span) = span.as_mut() {
+            trace_admit(span, request.get_ref(), &result);
+        }
+        result.map(Response::new)
     }
 
     async fn report_outcomes(
@@ -388,43 +393,153 @@ impl RetryDecisionService for RetryDecisionApi {
     }
 
     async fn classify(&self, request: Request<pb::ClassifyRequest>) -> Result<Response<pb::ClassifyResponse>, Status> {
+        let mut span = crate::traces::start("Classify", request.metadata());
         let now = UnixMillis::now();
         let caller = self.fleet.as_ref().map(|_| holds::caller_of(&request));
-        self.classify_for(request.get_ref(), now, caller.as_deref().unwrap_or("local"))
-            .map(Response::new)
+        let result = self.classify_for(request.get_ref(), now, caller.as_deref().unwrap_or("local"));
+        if let Some(span) = span.as_mut() {
+            match &result {
+                Ok(r) => {
+                    if let Some(d) = &r.decision {
+                        trace_decision(span, d);
+                    }
+                }
+                Err(status) => span.fail(status),
+            }
+        }
+        result.map(Response::new)
     }
 
     async fn classify_batch(
         &self,
         request: Request<pb::ClassifyBatchRequest>,
     ) -> Result<Response<pb::ClassifyBatchResponse>, Status> {
+        let mut span = crate::traces::start("ClassifyBatch", request.metadata());
         let now = UnixMillis::now();
         let caller = self
             .fleet
             .as_ref()
             .map_or_else(|| "local".to_owned(), |_| holds::caller_of(&request));
         let req = request.into_inner();
+        if let Some(span) = span.as_mut() {
+            span.set("retryd.items", i64::try_from(req.failures.len()).unwrap_or(i64::MAX));
+        }
         // Decided, the request's failures are given back for the next request
         // to decode into (see `pool`).
         if req.failures.len() <= BLOCKING_BATCH {
             let decided = self.classify_batch_for(&req, now, &caller);
             pool::recycle_request(req);
+            if let Some(span) = span.as_mut() {
+                trace_batch(span, &decided);
+            }
             return decided.map(Response::new);
         }
         let this = self.clone();
-        let span = tracing::Span::current();
+        let current = tracing::Span::current();
         let decide = move || {
-            let decided = span.in_scope(|| this.classify_batch_for(&req, now, &caller));
+            let decided = current.in_scope(|| this.classify_batch_for(&req, now, &caller));
             pool::recycle_request(req);
             decided
         };
         match tokio::task::spawn_blocking(decide).await {
-            Ok(result) => result.map(Response::new),
+            Ok(result) => {
+                if let Some(span) = span.as_mut() {
+                    trace_batch(span, &result);
+                }
+                result.map(Response::new)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "ClassifyBatch worker failed");
                 Err(Status::internal("internal error"))
             }
         }
+    }
+}
+
+/// The decision's attributes on a Classify span.
+fn trace_decision(span: &mut crate::traces::CallSpan, d: &pb::Decision) {
+    span.set("retryd.catalog", d.catalog.clone());
+    span.set("retryd.code", d.code.clone());
+    span.set("retryd.verdict", d.verdict().as_str_name());
+    span.set("retryd.rule", d.rule.clone());
+}
+
+/// Batches up to this many items get one span event per decision.
+const TRACED_BATCH_ITEMS: usize = 32;
+
+/// A ClassifyBatch span: errors, the distinct catalogs and verdicts, and
+/// for small batches one `decision` event per item (catalog, code, verdict, rule).
+fn trace_batch(span: &mut crate::traces::CallSpan, result: &Result<pb::ClassifyBatchResponse, Status>) {
+    let response = match result {
+        Ok(r) => r,
+        Err(status) => return span.fail(status),
+    };
+    let mut catalogs: Vec<String> = Vec::new();
+    let mut verdicts: Vec<&'static str> = Vec::new();
+    let mut errors = 0i64;
+    for item in &response.results {
+        match &item.outcome {
+            Some(pb::batch_result::Outcome::Decision(d)) => {
+                if !catalogs.contains(&d.catalog) {
+                    catalogs.push(d.catalog.clone());
+                }
+                let verdict = d.verdict().as_str_name();
+                if !verdicts.contains(&verdict) {
+                    verdicts.push(verdict);
+                }
+                if response.results.len() <= TRACED_BATCH_ITEMS {
+                    span.event(
+                        "decision",
+                        vec![
+                            opentelemetry::KeyValue::new("retryd.index", i64::from(item.index)),
+                            opentelemetry::KeyValue::new("retryd.catalog", d.catalog.clone()),
+                            opentelemetry::KeyValue::new("retryd.code", d.code.clone()),
+                            opentelemetry::KeyValue::new("retryd.verdict", verdict),
+                            opentelemetry::KeyValue::new("retryd.rule", d.rule.clone()),
+                        ],
+                    );
+                }
+            }
+            Some(pb::batch_result::Outcome::Error(_)) | None => errors += 1,
+        }
+    }
+    span.set("retryd.errors", errors);
+    span.set(
+        "retryd.catalog",
+        opentelemetry::Value::Array(
+            catalogs
+                .into_iter()
+                .map(Into::into)
+                .collect::<Vec<opentelemetry::StringValue>>()
+                .into(),
+        ),
+    );
+    span.set(
+        "retryd.verdict",
+        opentelemetry::Value::Array(
+            verdicts
+                .into_iter()
+                .map(Into::into)
+                .collect::<Vec<opentelemetry::StringValue>>()
+                .into(),
+        ),
+    );
+}
+
+/// An Admit span: the catalog asked about, whether the call was admitted,
+/// and the hold's code and rule when it was not.
+fn trace_admit(span: &mut crate::traces::CallSpan, req: &pb::AdmitRequest, result: &Result<pb::AdmitResponse, Status>) {
+    span.set("retryd.catalog", req.catalog.clone());
+    match result {
+        Ok(r) => {
+            span.set("retryd.admitted", r.admitted);
+            span.set("retryd.verdict", if r.admitted { "admitted" } else { "held" });
+            if let Some(h) = &r.hold {
+                span.set("retryd.code", h.code.clone());
+                span.set("retryd.rule", h.rule.clone());
+            }
+        }
+        Err(status) => span.fail(status),
     }
 }
 

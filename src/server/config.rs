@@ -49,8 +49,16 @@ pub struct ServeArgs {
     /// Largest request message in bytes; larger ones are answered RESOURCE_EXHAUSTED.
     #[arg(long, env = "RETRYD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u32).range(1024..))]
     pub max_message_bytes: u32,
-    /// How long in-flight calls may take to finish after SIGTERM/SIGINT,
-    /// e.g. `30s`, `500ms`, `2m` or plain seconds.
+    /// How long, after SIGTERM/SIGINT, health answers NOT_SERVING while the
+    /// listener still accepts and answers calls, so load balancers and
+    /// Kubernetes endpoints stop sending new calls before the drain closes
+    /// the listener; `0` drains at once.
+    #[arg(long, env = "RETRYD_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+    /// How long in-flight calls may take to finish once the drain begins
+    /// (after `--shutdown-delay`), e.g. `30s`, `500ms`, `2m` or plain
+    /// seconds. Unary calls still in flight then are abandoned, counted in
+    /// `retryd_shutdown_abandoned_calls_total`, and make the exit status 1.
     #[arg(long, env = "RETRYD_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
     /// Most calls handled at once, over all connections (health checks not
@@ -99,6 +107,15 @@ pub struct ServeArgs {
     /// Needs `--tls-cert`.
     #[arg(long, env = "RETRYD_TLS_CLIENT_CA", value_name = "PEM", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Export OpenTelemetry traces over OTLP/gRPC to this endpoint, e.g.
+    /// `http://otel-collector:4317`; when unset, `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// is honoured. Off by default.
+    #[arg(long, env = "RETRYD_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// Fraction of calls traced when the caller's trace does not decide
+    /// (a `traceparent` from the caller keeps its sampled flag), 0 to 1.
+    #[arg(long, env = "RETRYD_TRACE_SAMPLE_RATIO", default_value_t = 0.1)]
+    pub trace_sample_ratio: f64,
     /// Serve the HTTP/JSON door (`/v1/*`, `/healthz`, `/readyz`) on the
     /// gRPC port, routed by path; `false`: gRPC only.
     #[arg(long, env = "RETRYD_HTTP", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -127,6 +144,14 @@ pub struct ServeArgs {
 pub const DEFAULT_MAX_CONCURRENT_CALLS: u32 = 1024;
 
 impl ServeArgs {
+    /// `--otlp-endpoint`, else a non-empty `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub fn otlp_endpoint(&self) -> Option<String> {
+        self.otlp_endpoint
+            .clone()
+            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
+            .filter(|e| !e.trim().is_empty())
+    }
+
     /// `--max-calls-per-connection`, or its default: a quarter of
     /// `--max-concurrent-calls` (at least 1; no limit when that is 0).
     pub fn calls_per_connection(&self) -> u32 {

@@ -1,11 +1,16 @@
 //! Prometheus metrics: the recorder, the `GET /metrics` endpoint, and a tower
 //! layer that counts and times every gRPC call (health and reflection too).
 //!
-//! Metrics:
-//! - `grpc_server_started_total{grpc_service,grpc_method}`: calls received;
-//! - `grpc_server_handled_total{grpc_service,grpc_method,grpc_code}`: calls finished;
-//! - `grpc_server_handling_seconds{grpc_service,grpc_method}`: histogram, from
+//! Metrics (the gRPC ones by go-grpc-prometheus' names and labels, so stock
+//! dashboards work):
+//! - `grpc_server_started_total{grpc_type,grpc_service,grpc_method}`: calls received;
+//! - `grpc_server_handled_total{grpc_type,grpc_service,grpc_method,grpc_code}`: calls finished;
+//! - `grpc_server_handling_seconds{grpc_type,grpc_service,grpc_method}`: histogram, from
 //!   the request to the end of the response (trailers);
+//! - `grpc_server_msg_received_total` / `grpc_server_msg_sent_total`
+//!   `{grpc_type,grpc_service,grpc_method}`: messages, counted on the wire;
+//! - `retryd_build_info{version,revision}`, `retryd_shutdown_abandoned_calls_total`;
+//! - `process_*` (see [`super::process_metrics`]), rendered at each scrape;
 //! - `retryd_decisions_total{catalog,verdict}` and `retryd_batch_items`
 //!   (recorded by the service, see [`crate::grpc::service`]);
 //! - `retryd_policy_reload_total{result}`, `retryd_policy_info{version}` and
@@ -29,6 +34,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tower::{Layer, Service};
 
+use super::drain::{ABANDONED_TOTAL, InFlight, InFlightGuard};
 use super::overload::SHED_TOTAL;
 use super::reload::{LAST_RELOAD_SUCCESSFUL, POLICY_INFO, RELOAD_TOTAL};
 use crate::grpc::service::{BATCH_ITEMS, DECISIONS_TOTAL};
@@ -39,42 +45,98 @@ pub const STARTED_TOTAL: &str = "grpc_server_started_total";
 pub const HANDLED_TOTAL: &str = "grpc_server_handled_total";
 /// Histogram of call durations in seconds.
 pub const HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
+/// Counter of request messages received (go-grpc-prometheus' name).
+pub const MSG_RECEIVED_TOTAL: &str = "grpc_server_msg_received_total";
+/// Counter of response messages sent (go-grpc-prometheus' name).
+pub const MSG_SENT_TOTAL: &str = "grpc_server_msg_sent_total";
+/// Gauge, 1, labelled with the version and the git revision built.
+pub const BUILD_INFO: &str = "retryd_build_info";
+/// The git revision built (`unknown` when built without git).
+pub const REVISION: &str = env!("RETRYD_REVISION");
 
 const SECONDS_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 const ITEMS_BUCKETS: &[f64] = &[1.0, 10.0, 100.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 50000.0];
 
-/// The methods served, as `(path, service, method)`; anything else is `unknown`.
-const KNOWN_METHODS: &[(&str, &str, &str)] = &[
+/// The methods served, as `(path, service, method, type)`; anything else is
+/// `unknown`. The type is go-grpc-prometheus' `grpc_type`.
+const KNOWN_METHODS: &[(&str, &str, &str, &str)] = &[
     (
         "/retryd.v1.RetryDecisionService/Classify",
         "retryd.v1.RetryDecisionService",
         "Classify",
+        UNARY,
     ),
     (
         "/retryd.v1.RetryDecisionService/ClassifyBatch",
         "retryd.v1.RetryDecisionService",
         "ClassifyBatch",
+        UNARY,
     ),
     (
         "/retryd.v1.RetryDecisionService/ListCatalogs",
         "retryd.v1.RetryDecisionService",
         "ListCatalogs",
+        UNARY,
     ),
-    ("/grpc.health.v1.Health/Check", "grpc.health.v1.Health", "Check"),
-    ("/grpc.health.v1.Health/Watch", "grpc.health.v1.Health", "Watch"),
+    (
+        "/retryd.v1.RetryDecisionService/Admit",
+        "retryd.v1.RetryDecisionService",
+        "Admit",
+        UNARY,
+    ),
+    (
+        "/retryd.v1.RetryDecisionService/ReportOutcomes",
+        "retryd.v1.RetryDecisionService",
+        "ReportOutcomes",
+        UNARY,
+    ),
+    (
+        "/retryd.v1.RetryDecisionService/ListHolds",
+        "retryd.v1.RetryDecisionService",
+        "ListHolds",
+        UNARY,
+    ),
+    (
+        "/retryd.v1.RetryDecisionService/ReleaseHold",
+        "retryd.v1.RetryDecisionService",
+        "ReleaseHold",
+        UNARY,
+    ),
+    (
+        "/retryd.v1.RetryDecisionService/WatchHolds",
+        "retryd.v1.RetryDecisionService",
+        "WatchHolds",
+        SERVER_STREAM,
+    ),
+    ("/grpc.health.v1.Health/Check", "grpc.health.v1.Health", "Check", UNARY),
+    (
+        "/grpc.health.v1.Health/Watch",
+        "grpc.health.v1.Health",
+        "Watch",
+        SERVER_STREAM,
+    ),
     (
         "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
         "grpc.reflection.v1.ServerReflection",
         "ServerReflectionInfo",
+        BIDI_STREAM,
     ),
     (
         "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
         "grpc.reflection.v1alpha.ServerReflection",
         "ServerReflectionInfo",
+        BIDI_STREAM,
     ),
 ];
+
+/// `grpc_type` of a unary method.
+pub const UNARY: &str = "unary";
+/// `grpc_type` of a server-streaming method.
+pub const SERVER_STREAM: &str = "server_stream";
+/// `grpc_type` of a bidirectional-streaming method.
+pub const BIDI_STREAM: &str = "bidi_stream";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -119,12 +181,28 @@ fn describe() {
     crate::fleet::redis::describe_metrics();
     crate::fleet::describe_metrics();
     metrics::describe_counter!(STARTED_TOTAL, "gRPC calls received.");
+    metrics::describe_counter!(MSG_RECEIVED_TOTAL, "gRPC request messages received.");
+    metrics::describe_counter!(MSG_SENT_TOTAL, "gRPC response messages sent.");
+    metrics::describe_counter!(
+        ABANDONED_TOTAL,
+        "Unary calls still in flight when the shutdown grace ran out (the process then exits 1)."
+    );
+    metrics::describe_gauge!(
+        BUILD_INFO,
+        "1, labelled with the retryd version and git revision running."
+    );
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "revision" => REVISION).set(1.0);
+    metrics::counter!(ABANDONED_TOTAL).increment(0);
     metrics::describe_counter!(HANDLED_TOTAL, "gRPC calls finished, by status code.");
     metrics::describe_histogram!(HANDLING_SECONDS, metrics::Unit::Seconds, "Time to answer a gRPC call.");
     metrics::describe_counter!(DECISIONS_TOTAL, "Retry decisions, by catalog and verdict.");
     metrics::describe_counter!(
         SHED_TOTAL,
         "Calls answered RESOURCE_EXHAUSTED at once because --max-concurrent-calls were in flight."
+    );
+    metrics::describe_counter!(
+        super::answer::STALLED_TOTAL,
+        "Answers dropped because their client read nothing of them for --stall-timeout."
     );
     metrics::describe_histogram!(BATCH_ITEMS, metrics::Unit::Count, "Failures per ClassifyBatch call.");
     metrics::describe_counter!(
@@ -184,11 +262,13 @@ pub async fn serve_endpoint(listener: TcpListener, handle: PrometheusHandle) {
 
 fn respond(handle: &PrometheusHandle, method: &http::Method, path: &str) -> http::Response<Full<Bytes>> {
     let (status, content_type, body) = match (method, path) {
-        (&http::Method::GET | &http::Method::HEAD, "/metrics") => (
-            http::StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            handle.render(),
-        ),
+        (&http::Method::GET | &http::Method::HEAD, "/metrics") => {
+            (http::StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", {
+                let mut page = handle.render();
+                super::process_metrics::render(&mut page);
+                page
+            })
+        }
         (_, "/metrics") => (
             http::StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
@@ -210,10 +290,16 @@ fn respond(handle: &PrometheusHandle, method: &http::Method, path: &str) -> http
 
 /// The fixed `(grpc_service, grpc_method)` labels of a request path.
 pub fn method_labels(path: &str) -> (&'static str, &'static str) {
+    let (service, method, _) = method_type_labels(path);
+    (service, method)
+}
+
+/// The fixed `(grpc_service, grpc_method, grpc_type)` labels of a request path.
+pub fn method_type_labels(path: &str) -> (&'static str, &'static str, &'static str) {
     KNOWN_METHODS
         .iter()
-        .find(|(p, _, _)| *p == path)
-        .map_or(("unknown", "unknown"), |(_, s, m)| (*s, *m))
+        .find(|(p, _, _, _)| *p == path)
+        .map_or(("unknown", "unknown", "unknown"), |(_, s, m, t)| (*s, *m, *t))
 }
 
 /// The `grpc_code` label of a `grpc-status` header value (the names gRPC
@@ -244,15 +330,28 @@ pub fn code_label(grpc_status: Option<&http::HeaderValue>) -> &'static str {
     }
 }
 
-/// Tower layer recording `grpc_server_*` metrics for every call.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GrpcMetricsLayer;
+/// Tower layer recording `grpc_server_*` metrics for every call, and
+/// counting unary calls in flight for the drain (see [`super::drain`]).
+#[derive(Debug, Clone, Default)]
+pub struct GrpcMetricsLayer {
+    unary: InFlight,
+}
+
+impl GrpcMetricsLayer {
+    /// A layer counting its unary calls in flight in `unary`.
+    pub fn new(unary: InFlight) -> Self {
+        GrpcMetricsLayer { unary }
+    }
+}
 
 impl<S> Layer<S> for GrpcMetricsLayer {
     type Service = GrpcMetrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        GrpcMetrics { inner }
+        GrpcMetrics {
+            inner,
+            unary: self.unary.clone(),
+        }
     }
 }
 
@@ -260,11 +359,12 @@ impl<S> Layer<S> for GrpcMetricsLayer {
 #[derive(Debug, Clone)]
 pub struct GrpcMetrics<S> {
     inner: S,
+    unary: InFlight,
 }
 
-impl<S, B, RB> Service<http::Request<B>> for GrpcMetrics<S>
+impl<S, RB> Service<http::Request<tonic::body::Body>> for GrpcMetrics<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<RB>>,
+    S: Service<http::Request<tonic::body::Body>, Response = http::Response<RB>>,
 {
     type Response = http::Response<MeteredBody<RB>>;
     type Error = S::Error;
@@ -274,24 +374,31 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         if crate::http::is_http_path(req.uri().path()) {
             // Counted by the HTTP door (http_server_requests_total).
             return MeteredFuture {
                 inner: self.inner.call(req),
                 pending: Pending(None),
+                sent: None,
             };
         }
-        let (service, method) = method_labels(req.uri().path());
-        metrics::counter!(STARTED_TOTAL, "grpc_service" => service, "grpc_method" => method).increment(1);
+        let (service, method, kind) = method_type_labels(req.uri().path());
+        let labels = [("grpc_type", kind), ("grpc_service", service), ("grpc_method", method)];
+        metrics::counter!(STARTED_TOTAL, &labels).increment(1);
+        let received = MessageCounter::new(metrics::counter!(MSG_RECEIVED_TOTAL, &labels));
+        let req = req.map(|inner| tonic::body::Body::new(CountedBody { inner, received }));
         let pending = Pending(Some(CallLabels {
             service,
             method,
+            kind,
             start: Instant::now(),
+            _in_flight: (kind == UNARY).then(|| self.unary.enter()),
         }));
         MeteredFuture {
             inner: self.inner.call(req),
             pending,
+            sent: Some(MessageCounter::new(metrics::counter!(MSG_SENT_TOTAL, &labels))),
         }
     }
 }
@@ -300,7 +407,10 @@ where
 struct CallLabels {
     service: &'static str,
     method: &'static str,
+    kind: &'static str,
     start: Instant,
+    /// Counts a unary call in flight until the call is recorded.
+    _in_flight: Option<InFlightGuard>,
 }
 
 /// A call not yet recorded as handled; dropped unfinished, it counts as
@@ -311,9 +421,9 @@ struct Pending(Option<CallLabels>);
 impl Pending {
     fn finish(&mut self, code: &'static str) {
         if let Some(c) = self.0.take() {
-            metrics::counter!(HANDLED_TOTAL, "grpc_service" => c.service, "grpc_method" => c.method, "grpc_code" => code)
+            metrics::counter!(HANDLED_TOTAL, "grpc_type" => c.kind, "grpc_service" => c.service, "grpc_method" => c.method, "grpc_code" => code)
                 .increment(1);
-            metrics::histogram!(HANDLING_SECONDS, "grpc_service" => c.service, "grpc_method" => c.method)
+            metrics::histogram!(HANDLING_SECONDS, "grpc_type" => c.kind, "grpc_service" => c.service, "grpc_method" => c.method)
                 .record(c.start.elapsed().as_secs_f64());
         }
     }
@@ -325,12 +435,98 @@ impl Drop for Pending {
     }
 }
 
+/// Counts the gRPC messages in a stream of body bytes (each is a 5-byte
+/// header, flag and big-endian length, then that many bytes).
+#[derive(Debug)]
+pub struct MessageCounter {
+    counter: metrics::Counter,
+    header: [u8; 5],
+    header_len: usize,
+    remaining: usize,
+}
+
+impl MessageCounter {
+    /// A counter adding each whole message to `counter`.
+    pub fn new(counter: metrics::Counter) -> Self {
+        MessageCounter {
+            counter,
+            header: [0; 5],
+            header_len: 0,
+            remaining: 0,
+        }
+    }
+
+    /// Feeds the next bytes of the body; returns the messages completed.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> u64 {
+        let mut done = 0;
+        while !bytes.is_empty() {
+            if self.remaining > 0 {
+                let take = self.remaining.min(bytes.len());
+                self.remaining -= take;
+                bytes = &bytes[take..];
+                if self.remaining == 0 {
+                    done += 1;
+                }
+                continue;
+            }
+            let take = (5 - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + take].copy_from_slice(&bytes[..take]);
+            self.header_len += take;
+            bytes = &bytes[take..];
+            if self.header_len == 5 {
+                self.header_len = 0;
+                let len = u32::from_be_bytes([self.header[1], self.header[2], self.header[3], self.header[4]]);
+                self.remaining = usize::try_from(len).unwrap_or(usize::MAX);
+                if self.remaining == 0 {
+                    done += 1;
+                }
+            }
+        }
+        if done > 0 {
+            self.counter.increment(done);
+        }
+        done
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request body that counts the messages read from it.
+    struct CountedBody {
+        #[pin]
+        inner: tonic::body::Body,
+        received: MessageCounter,
+    }
+}
+
+impl Body for CountedBody {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let Some(data) = frame.as_ref().and_then(|f| f.as_ref().ok()).and_then(Frame::data_ref) {
+            this.received.feed(data);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 pin_project_lite::pin_project! {
     /// The response future of [`GrpcMetrics`].
     pub struct MeteredFuture<F> {
         #[pin]
         inner: F,
         pending: Pending,
+        sent: Option<MessageCounter>,
     }
 }
 
@@ -350,7 +546,8 @@ where
                 if let Some(status) = response.headers().get("grpc-status") {
                     pending.finish(code_label(Some(status)));
                 }
-                Ok(response.map(|inner| MeteredBody { inner, pending }))
+                let sent = this.sent.take();
+                Ok(response.map(|inner| MeteredBody { inner, pending, sent }))
             }
             Err(e) => {
                 this.pending.finish("Unknown");
@@ -361,15 +558,21 @@ where
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that records the call when its trailers go out.
+    /// A response body that counts its messages and records the call when
+    /// its trailers go out.
     pub struct MeteredBody<B> {
         #[pin]
         inner: B,
         pending: Pending,
+        sent: Option<MessageCounter>,
     }
 }
 
-impl<B: Body> Body for MeteredBody<B> {
+impl<B> Body for MeteredBody<B>
+where
+    B: Body,
+    B::Data: AsRef<[u8]>,
+{
     type Data = B::Data;
     type Error = B::Error;
 
@@ -378,6 +581,9 @@ impl<B: Body> Body for MeteredBody<B> {
         let frame = ready!(this.inner.poll_frame(cx));
         match &frame {
             Some(Ok(f)) => {
+                if let (Some(data), Some(sent)) = (f.data_ref(), this.sent.as_mut()) {
+                    sent.feed(data.as_ref());
+                }
                 if let Some(trailers) = f.trailers_ref() {
                     this.pending.finish(code_label(trailers.get("grpc-status")));
                 }

@@ -4,7 +4,7 @@
 //! - [`config`]: flags (each with a `RETRYD_*` environment twin);
 //! - [`mod@run`]: assembly; [`BoundServer`] / [`run()`] are the library entry
 //!   points tests use in-process;
-//! - [`metrics`], [`mod@panic`], [`message_limit`], [`logging`], [`shutdown`]:
+//! - [`metrics`], [`process_metrics`], [`drain`], [`mod@panic`], [`message_limit`], [`logging`], [`shutdown`]:
 //!   the plumbing;
 //! - [`wire`], [`admission`], [`ledger`], [`answer`], [`overload`]: what a
 //!   client may send and hold (gRPC wire rules, call slots, buffered bytes,
@@ -15,8 +15,10 @@
 //!   `--decision-log`, fed by the service's decision observer.
 //!
 //! Exit codes of `retryd serve`: 0 after a graceful stop (SIGTERM/SIGINT),
-//! 1 when the server cannot start or fails (e.g. the address is in use) or
-//! a second SIGTERM/SIGINT stopped it before the drain ended,
+//! 1 when the server cannot start or fails (e.g. the address is in use), a
+//! second SIGTERM/SIGINT stopped it before the drain ended, or the drain's
+//! grace period ran out with unary calls still in flight (they are counted
+//! in `retryd_shutdown_abandoned_calls_total`),
 //! 2 for a bad configuration (a `--policy` that does not load — every error
 //! is logged as `file:line: key: message` —, an unknown default catalog, an
 //! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
@@ -25,6 +27,7 @@ pub mod admission;
 pub mod answer;
 pub mod config;
 pub mod decision_log;
+pub mod drain;
 pub mod fleet;
 pub mod health_probe;
 pub mod ledger;
@@ -34,6 +37,7 @@ pub mod metrics;
 pub mod observe;
 pub mod overload;
 pub mod panic;
+pub mod process_metrics;
 pub mod reload;
 pub mod run;
 pub mod shadow;
@@ -144,15 +148,34 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         };
         tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
         fleet.spawn_upkeep(Duration::from_millis(500));
+        let exporter = match args.otlp_endpoint() {
+            None => None,
+            Some(endpoint) => {
+                let ratio = args.trace_sample_ratio;
+                if !(0.0..=1.0).contains(&ratio) {
+                    return Err(ServerError::Config(format!(
+                        "--trace-sample-ratio: {ratio} is not between 0 and 1"
+                    )));
+                }
+                let exporter = crate::traces::init(&endpoint, ratio).map_err(|e| ServerError::Config(e.to_string()))?;
+                tracing::info!(%endpoint, sample_ratio = ratio, "traces exported over OTLP/gRPC");
+                Some(exporter)
+            }
+        };
         let signals = shutdown::Signals::listen();
         let mut server = BoundServer::bind(config, handle).await?.with_fleet(fleet, operators);
         if let Some(tap) = observing.tap.take() {
             server = server.with_observer(tap);
         }
-        tokio::select! {
+        let stopped = tokio::select! {
             result = server.serve(signals.received(1)) => result.map(|()| Stopped::Gracefully),
             () = signals.received(2) => Ok(Stopped::Forced),
+        };
+        if let Some(exporter) = exporter {
+            // Flushes the spans still queued (bounded by its own timeout).
+            let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
         }
+        stopped
     });
     // Calls abandoned after the grace period must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));

@@ -13,6 +13,7 @@ use tonic_health::ServingStatus;
 use super::admission::{AdmissionConfig, AdmissionLayer};
 use super::answer::Stalls;
 use super::config::{MetricsListen, ServeArgs};
+use super::drain::{ABANDONED_TOTAL, InFlight};
 use super::ledger::{Ledger, Limits};
 use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
@@ -36,7 +37,10 @@ pub struct ServerConfig {
     pub max_batch: usize,
     /// Largest request message in bytes.
     pub max_message_bytes: usize,
-    /// Time in-flight calls get to finish after shutdown starts.
+    /// Time health answers NOT_SERVING while calls are still accepted, after
+    /// the shutdown signal and before the drain.
+    pub shutdown_delay: Duration,
+    /// Time in-flight calls get to finish once the drain begins.
     pub shutdown_grace: Duration,
     /// Most calls in flight over all connections (health not counted); 0: no limit.
     pub max_concurrent_calls: usize,
@@ -75,6 +79,7 @@ impl ServerConfig {
             metrics_listen: args.metrics_listen,
             max_batch: usize::try_from(args.max_batch).unwrap_or(usize::MAX),
             max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
+            shutdown_delay: args.shutdown_delay,
             shutdown_grace: args.shutdown_grace,
             max_concurrent_calls: usize::try_from(args.max_concurrent_calls).unwrap_or(usize::MAX),
             max_calls_per_connection: usize::try_from(args.calls_per_connection()).unwrap_or(usize::MAX),
@@ -122,6 +127,9 @@ pub enum ServerError {
     /// A flag's value is unusable.
     #[error("{0}")]
     Config(String),
+    /// The shutdown grace ran out with this many unary calls in flight.
+    #[error("shutdown abandoned {0} call(s) still in flight at the end of the grace period")]
+    Abandoned(usize),
 }
 
 impl ServerError {
@@ -220,10 +228,14 @@ impl BoundServer {
         self.metrics.as_ref().map(|(_, a)| *a)
     }
 
-    /// Serves until `shutdown` completes, then: reports NOT_SERVING (ending
-    /// health watches), stops accepting, and waits up to the grace period for
-    /// in-flight calls. Returns `Ok` after a graceful stop, also when the
-    /// grace period ran out (that is logged).
+    /// Serves until `shutdown` completes, then: reports NOT_SERVING at once,
+    /// keeps accepting and answering for the shutdown delay, then ends
+    /// health and WatchHolds streams, stops accepting, and waits up to the
+    /// grace period for in-flight calls. Returns `Ok` after a graceful stop
+    /// (also when only streams were left at the end of the grace), and
+    /// [`ServerError::Abandoned`] when unary calls were still in flight at
+    /// the end of the grace (they are counted in
+    /// `retryd_shutdown_abandoned_calls_total`).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let BoundServer {
             builder,
@@ -276,11 +288,23 @@ impl BoundServer {
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {
             shutdown.await;
-            tracing::info!(grace = ?config.shutdown_grace, "shutting down: NOT_SERVING, draining in-flight calls");
+            // NOT_SERVING at once (Check answers it, Watch streams see it),
+            // while the listener keeps accepting and answering: load
+            // balancers and Kubernetes endpoints stop sending new calls
+            // before the listener closes.
+            tracing::info!(
+                delay = ?config.shutdown_delay,
+                grace = ?config.shutdown_grace,
+                "shutting down: NOT_SERVING; still answering for the shutdown delay, then draining"
+            );
             reporter.set_service_status("", ServingStatus::NotServing).await;
             reporter
                 .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
                 .await;
+            if !config.shutdown_delay.is_zero() {
+                tokio::time::sleep(config.shutdown_delay).await;
+                tracing::info!("shutdown delay over: no longer accepting; draining in-flight calls");
+            }
             // Clearing ends every Watch stream (after it has seen NOT_SERVING),
             // so watchers do not hold the drain open.
             reporter.clear_service_status("").await;
@@ -290,6 +314,7 @@ impl BoundServer {
         };
 
         ::metrics::counter!(SHED_TOTAL).increment(0);
+        let unary_in_flight = InFlight::default();
         ::metrics::counter!(super::answer::STALLED_TOTAL).increment(0);
         let ledger = Ledger::new(Limits {
             calls: config.max_concurrent_calls,
@@ -342,7 +367,7 @@ impl BoundServer {
                 .route_service("/readyz", door);
         }
         let server = builder
-            .layer(GrpcMetricsLayer)
+            .layer(GrpcMetricsLayer::new(unary_in_flight.clone()))
             .layer(WireLayer)
             .layer(admission)
             .layer(MessageLimitLayer::new(config.max_message_bytes))
@@ -358,8 +383,14 @@ impl BoundServer {
         match tokio::time::timeout(config.shutdown_grace, server).await {
             Ok(result) => finished(result),
             Err(_) => {
-                tracing::warn!(grace = ?config.shutdown_grace, "grace period over; abandoning calls still in flight");
-                Ok(())
+                let abandoned = unary_in_flight.count();
+                ::metrics::counter!(ABANDONED_TOTAL).increment(u64::try_from(abandoned).unwrap_or(u64::MAX));
+                tracing::warn!(grace = ?config.shutdown_grace, abandoned, "grace period over; abandoning calls still in flight");
+                if abandoned > 0 {
+                    Err(ServerError::Abandoned(abandoned))
+                } else {
+                    Ok(())
+                }
             }
         }
     }

@@ -42,10 +42,18 @@ impl Server {
     }
 
     /// Starts `retryd serve` on free ports with `extra` flags and `env`
-    /// variables set.
+    /// variables set. Unless `extra` names `--shutdown-delay`, the server
+    /// drains at once on SIGTERM (`--shutdown-delay 0`), as the tests
+    /// written before the delay existed expect.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let delay: &[&str] = if extra.contains(&"--shutdown-delay") {
+            &[]
+        } else {
+            &["--shutdown-delay", "0"]
+        };
         let mut child = Command::new(binary())
             .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(delay)
             // GRPC_TEST_LOG=debug (or any filter) shows more of the server in failure output.
             .args([
                 "--log-level",
@@ -436,8 +444,7 @@ pub fn hold_a_call(
 
 /// Waits until the server has started `n` ClassifyBatch calls.
 pub async fn batch_calls_started(server: &Server, n: f64) {
-    let started =
-        r#"grpc_server_started_total{grpc_service="retryd.v1.RetryDecisionService",grpc_method="ClassifyBatch"}"#;
+    let started = r#"grpc_server_started_total{grpc_type="unary",grpc_service="retryd.v1.RetryDecisionService",grpc_method="ClassifyBatch"}"#;
     eventually(PATIENCE, "the held calls reached the server", || {
         let seen = sample(&server.scrape(), started);
         async move { (seen == Some(n)).then_some(()) }
