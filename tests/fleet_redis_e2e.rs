@@ -13,8 +13,8 @@ mod redis_support;
 use std::time::Duration;
 
 use fleet_support::scenarios;
-use redis_support::RedisServer as Redis;
 use grpc_support::{Server, TempDir, eventually, failure};
+use redis_support::RedisServer as Redis;
 use retryd::grpc::pb;
 
 /// Two replicas sharing `redis`.
@@ -116,7 +116,11 @@ async fn redis_down_fails_no_call_and_a_restart_resyncs_the_replicas() {
     assert!(!ca.admit(admit.clone()).await.expect("admit").into_inner().admitted);
     a.until_logged(&["shared state store:"]).await;
     let scrape = a.scrape();
-    assert_eq!(grpc_support::sample(&scrape, "retryd_state_connected"), Some(0.0), "{scrape}");
+    assert_eq!(
+        grpc_support::sample(&scrape, "retryd_state_connected"),
+        Some(0.0),
+        "{scrape}"
+    );
 
     redis.restart();
     load.more_calls(500).await;
@@ -126,11 +130,15 @@ async fn redis_down_fails_no_call_and_a_restart_resyncs_the_replicas() {
 
     // After the resync, B sees the hold A placed while Redis was away.
     let cb = b.client().await;
-    eventually(Duration::from_secs(15), "B obeys the hold placed on A during the outage", || {
-        let mut cb = cb.clone();
-        let admit = admit.clone();
-        async move { (!cb.admit(admit).await.expect("admit").into_inner().admitted).then_some(()) }
-    })
+    eventually(
+        Duration::from_secs(15),
+        "B obeys the hold placed on A during the outage",
+        || {
+            let mut cb = cb.clone();
+            let admit = admit.clone();
+            async move { (!cb.admit(admit).await.expect("admit").into_inner().admitted).then_some(()) }
+        },
+    )
     .await;
     eventually(Duration::from_secs(15), "A reports Redis connected again", || async {
         (grpc_support::sample(&a.scrape(), "retryd_state_connected") == Some(1.0)).then_some(())

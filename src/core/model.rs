@@ -126,6 +126,9 @@ pub enum Strategy {
     Schedule,
     /// A fleet hold on the failure's scope ends later than any other delay.
     Hold,
+    /// The fleet retry budget of the failure's scope is spent: the retry
+    /// waits until its window has room again.
+    Budget,
 }
 
 /// Whether a stop applies to this request or to every call of the tenant.

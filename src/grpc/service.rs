@@ -14,6 +14,7 @@ use tonic::{Code, Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt as _};
 use tracing::field::Empty;
 
+use super::budgets;
 use super::catalogs::list_catalogs;
 use super::convert::{decision_into_proto, decision_to_proto, failure_from_proto, hold_to_proto};
 use super::holds::{self, Operators};
@@ -130,7 +131,7 @@ impl RetryDecisionApi {
         let fleet = FleetCtx::new(self.fleet.as_deref(), caller);
         let decided = classify_one(&policy, req, now, &fleet);
         match &decided {
-            Ok((d, _)) => {
+            Ok((d, _, _)) => {
                 if !span.is_disabled() {
                     span.record("catalog", d.catalog);
                     span.record("code", d.code);
@@ -142,9 +143,10 @@ impl RetryDecisionApi {
             Err(v) => tracing::debug!(field = %v.field, "invalid argument"),
         }
         decided
-            .map(|(d, hold)| {
+            .map(|(d, hold, budget)| {
                 let mut decision = decision_to_proto(&d);
                 decision.hold = hold.map(|h| hold_to_proto(&h, h.key.tenant()));
+                decision.budget = budget;
                 pb::ClassifyResponse {
                     decision: Some(decision),
                 }
@@ -202,7 +204,7 @@ impl RetryDecisionApi {
             match decide_failure(&policy, failure, &req.locale, now, &fleet, |f| {
                 format!("failures[{i}].{f}")
             }) {
-                Ok((d, hold)) => {
+                Ok((d, hold, budget)) => {
                     count(&mut summary, d.verdict);
                     tally.add(d.catalog, d.verdict);
                     let out = match &mut slot.outcome {
@@ -216,6 +218,7 @@ impl RetryDecisionApi {
                         },
                     };
                     out.hold = hold.map(|h| hold_to_proto(&h, h.key.tenant()));
+                    out.budget = budget;
                 }
                 Err(v) => {
                     summary.errors += 1;
@@ -263,6 +266,14 @@ impl RetryDecisionService for RetryDecisionApi {
     }
 
     type WatchHoldsStream = holds::WatchStream;
+
+    async fn list_budgets(
+        &self,
+        request: Request<pb::ListBudgetsRequest>,
+    ) -> Result<Response<pb::ListBudgetsResponse>, Status> {
+        let fleet = self.fleet()?;
+        budgets::list_budgets(fleet, request.get_ref()).map(Response::new)
+    }
 
     async fn admit(&self, request: Request<pb::AdmitRequest>) -> Result<Response<pb::AdmitResponse>, Status> {
         let fleet = self.fleet()?;
@@ -409,13 +420,16 @@ fn classify_one<'a>(
     req: &'a pb::ClassifyRequest,
     now: UnixMillis,
     fleet: &FleetCtx<'_>,
-) -> Result<(Decision<'a>, Option<Hold>), Violation> {
+) -> Result<Decided<'a>, Violation> {
     check_locale(&req.locale)?;
     let Some(failure) = &req.failure else {
         return Err(Violation::new("failure".to_owned(), "is required".to_owned()));
     };
     decide_failure(policy, failure, &req.locale, now, fleet, |f| format!("failure.{f}"))
 }
+
+/// A decision with the hold in force on its scope and where its retry budget stands.
+type Decided<'a> = (Decision<'a>, Option<Hold>, Option<pb::RetryBudget>);
 
 /// The fleet memory a call decides with, and who is calling.
 struct FleetCtx<'f> {
@@ -443,7 +457,7 @@ fn decide_failure<'a>(
     now: UnixMillis,
     ctx: &FleetCtx<'_>,
     name: impl Fn(&str) -> String,
-) -> Result<(Decision<'a>, Option<Hold>), Violation> {
+) -> Result<Decided<'a>, Violation> {
     let f = failure_from_proto(failure, locale);
     limits::check(&f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))?;
     let unknown_catalog = |e: DecideError| match e {
@@ -451,7 +465,7 @@ fn decide_failure<'a>(
     };
     let d = decide(policy, &f, now).map_err(unknown_catalog)?;
     let Some(fleet) = ctx.fleet else {
-        return Ok((d, None));
+        return Ok((d, None, None));
     };
     if !f.probe_token.is_empty() {
         // A probe that failed: the circuit stays open until its next slot.
@@ -461,16 +475,19 @@ fn decide_failure<'a>(
         .hold_plan
         .is_some_and(|plan| fleet.place(&plan, ctx.caller, now) == PlaceOutcome::RateLimited);
     let hold = fleet.in_force(d.catalog, f.dependency, f.tenant, f.method, now);
-    let mut d = match &hold {
-        Some(h) if d.retry.retryable => {
-            decide_held(policy, &f, now, Some(Fleet::retry_floor(h, now))).map_err(unknown_catalog)?
-        }
-        _ => d,
+    let hold_floor = hold
+        .as_ref()
+        .filter(|_| d.retry.retryable)
+        .map(|h| Fleet::retry_floor(h, now));
+    let d = match hold_floor {
+        Some(floor) => decide_held(policy, &f, now, Some(floor)).map_err(unknown_catalog)?,
+        None => d,
     };
+    let (mut d, budget) = budgets::apply(policy, fleet, &f, d, hold_floor, now).map_err(unknown_catalog)?;
     if rate_limited {
         d.warnings.add(Warning::HoldRateLimited);
     }
-    Ok((d, hold))
+    Ok((d, hold, budget))
 }
 
 fn count(summary: &mut pb::BatchSummary, verdict: Verdict) {

@@ -84,6 +84,9 @@ pub struct CatalogSource {
     /// When an exhausted allowance resets (for `quota_stop` holds).
     #[serde(default)]
     pub quota: Field<super::holds::QuotaSource>,
+    /// Fleet retry budgets (`[[budgets]]`).
+    #[serde(default)]
+    pub budgets: Field<Vec<super::budgets::BudgetSource>>,
     /// Keys the format does not have.
     #[serde(flatten)]
     pub unknown_keys: UnknownKeys,
@@ -105,6 +108,7 @@ impl CatalogSource {
         "no_envelope",
         "max_delay_ms",
         "quota",
+        "budgets",
     ];
 }
 
