@@ -197,8 +197,9 @@ async fn redis_budget_has_room_again_after_the_window() {
     let redis = Redis::start();
     let (_dir, a, b) = replicas("b-window", &redis);
     let (mut ca, mut cb) = (a.client().await, b.client().await);
-    for _ in 0..10 {
+    for _ in 0..5 {
         assert!(admit(&mut ca, "short", "dep", "").await);
+        assert!(admit(&mut cb, "short", "dep", "").await);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     // 20 % × 10 + 5/s × 2 s = 12 retries.
@@ -296,4 +297,37 @@ async fn redis_down_budgets_degrade_without_a_failed_call() {
     assert!(deferred(&d), "the storm is still deferred: {d:?}");
     let report = load.stop().await;
     report.assert_clean(&[d.policy_version.as_str()]);
+}
+
+/// `--state memory`: the same budget on one replica, exactly.
+#[tokio::test]
+async fn memory_budget_is_exact_on_one_replica() {
+    let dir = scenarios::setup("b-memory");
+    let args = scenarios::server_args(&dir, "memory");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = Server::start(&args);
+    let mut c = s.client().await;
+    for _ in 0..100 {
+        assert!(admit(&mut c, "vibecode", "portal-mem", "").await);
+    }
+    let mut undeferred = 0;
+    for _ in 0..200 {
+        if !deferred(&classify(&mut c, retry("vibecode", "BITRIX_TIMEOUT", "portal-mem", "")).await) {
+            undeferred += 1;
+        }
+    }
+    // 20 % × 100 + 100.
+    assert_eq!(undeferred, 120);
+    // A write of unknown outcome is still a verification, never a deferred retry.
+    let d = classify(
+        &mut c,
+        pb::Failure {
+            dependency: "portal-mem".into(),
+            attempt: 2,
+            ..failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)
+        },
+    )
+    .await;
+    assert_eq!(d.verdict(), pb::Verdict::StateVerificationRequired);
+    assert!(d.budget.is_none() && !d.warnings.iter().any(|w| w.starts_with("budget_exhausted")));
 }

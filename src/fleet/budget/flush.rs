@@ -11,6 +11,16 @@
 //! most the retries the *other* replicas approve in one flush period (+ RTT)
 //! — with N replicas sharing a retry rate R evenly, about
 //! `R × (N−1)/N × (period + RTT)`; measured in `bench/RESULTS.md`.
+//! Strictly, a replica's view of another's counts can lag by up to two
+//! periods (one of theirs before the count reaches Redis, one of its own
+//! before it reads it back), so the proven bound (the property test) is
+//! the retries the fleet counts in two flush periods.
+//!
+//! One more lag: a replica that has never seen a scope (no Admit, no
+//! failure of it through this replica) learns its fleet totals at its next
+//! flush; until then it judges that scope by its own counts alone, which
+//! for a scope with no first attempt recorded here means "not budgeted" for
+//! at most one flush period.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
