@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use grpc_support::{PATIENCE, Server, batch_calls_started, eventually, hold_a_call, proc, sample, watch_serving};
+use grpc_support::{
+    PATIENCE, Server, batch_calls_started, eventually, h2raw, hold_a_call, proc, sample, watch_serving,
+};
 use retryd::grpc::pb;
 use retryd::grpc::pb::retry_decision_service_client::RetryDecisionServiceClient;
 use tonic::transport::{Channel, Endpoint};
@@ -462,7 +464,8 @@ async fn thousand_connections_open_and_close_without_leaks() {
     assert_healthy(&server).await;
 }
 
-/// `--max-concurrent-calls 8` with 8 calls held in flight: further calls are
+/// `--max-concurrent-calls 8` with 8 calls held in flight (their answers
+/// not read; a call holds its slot until its answer is taken): further calls are
 /// shed at once with RESOURCE_EXHAUSTED (a flood at c=200 included: fast,
 /// memory bounded), health checks are not shed, and once the held calls
 /// finish, calls are admitted again.
@@ -470,19 +473,33 @@ async fn thousand_connections_open_and_close_without_leaks() {
 async fn overload_is_shed_quickly_and_health_is_not() {
     let _serial = SERIAL.lock().await;
     const LIMIT: usize = 8;
-    let server = Server::start(&["--max-concurrent-calls", "8"]);
+    // One connection holds them all: no per-connection share.
+    let server = Server::start(&["--max-concurrent-calls", "8", "--max-calls-per-connection", "0"]);
     let pid = server.pid();
     assert_healthy(&server).await;
     let warm = retryd_load(&server, &["--call", "classify", "-c", "4", "-n", "2000"]);
     assert!(warm.contains("\"OK\""), "{warm}");
     let rss_before = proc::rss_kib(pid);
 
-    let channel = connect(&server).await;
+    // Calls whose answers are not read (receive window 0) hold their slots.
+    let mut hog = h2raw::Conn::connect(server.addr, 0).await;
     let mut held = Vec::new();
     for _ in 0..LIMIT {
-        held.push(hold_a_call(channel.clone()));
+        let (response, stream) = hog
+            .start(
+                "/retryd.v1.RetryDecisionService/ClassifyBatch",
+                h2raw::framed(&batch(10)),
+                true,
+            )
+            .await;
+        let head = tokio::time::timeout(PATIENCE, response)
+            .await
+            .expect("answer headers")
+            .expect("answer");
+        assert!(head.headers().get("grpc-status").is_none(), "an answer: {head:?}");
+        held.push((head, stream));
     }
-    batch_calls_started(&server, LIMIT as f64).await;
+    let channel = connect(&server).await;
 
     // One more call: refused at once.
     let mut client = RetryDecisionServiceClient::new(channel.clone());
@@ -524,14 +541,12 @@ async fn overload_is_shed_quickly_and_health_is_not() {
     );
 
     // The held calls finish OK; calls are admitted again.
-    for (tx, call) in held {
-        tx.send(batch(10)).await.expect("send");
-        drop(tx);
-        let answer = tokio::time::timeout(PATIENCE, call)
+    hog.open_window();
+    for (head, _stream) in held {
+        let answer = tokio::time::timeout(PATIENCE, h2raw::read_rest(head))
             .await
-            .expect("held call ends")
-            .expect("task");
-        assert!(answer.is_ok(), "{answer:?}");
+            .expect("held call ends");
+        assert_eq!(answer.grpc, Some(0), "{answer:?}");
     }
     let after = retryd_load(&server, &["--call", "classify", "-c", "8", "-n", "2000"]);
     let report: serde_json::Value = serde_json::from_str(&after).expect("retryd-load JSON");

@@ -92,7 +92,7 @@ async fn sigterm_drains_a_call_in_flight() {
 
     // Shutdown has begun; the call is still pending. Now let it finish.
     assert!(!call.is_finished(), "the held call must not have finished yet");
-    tx.send(batch(2_000)).await.expect("send the batch");
+    tx.send(batch(1_500)).await.expect("send the batch");
     drop(tx);
     let response = tokio::time::timeout(PATIENCE, call)
         .await
@@ -100,8 +100,8 @@ async fn sigterm_drains_a_call_in_flight() {
         .expect("task")
         .expect("drained call answered OK")
         .into_inner();
-    assert_eq!(response.results.len(), 2_000);
-    assert_eq!(response.summary.expect("summary").state_verification_required, 2_000);
+    assert_eq!(response.results.len(), 1_500);
+    assert_eq!(response.summary.expect("summary").state_verification_required, 1_500);
 
     let status = server.wait_exit().await;
     assert_eq!(status.code(), Some(0), "log:\n{}", server.log());

@@ -39,6 +39,12 @@ const BLOCKING_BATCH: usize = 256;
 /// The policy in force, shared with whatever reloads it.
 pub type PolicyHandle = Arc<ArcSwap<Policy>>;
 
+/// Default of `--max-batch`: the most items whose worst-case answer (each
+/// result at most [`crate::server::admission::ITEM_ANSWER_BYTES`], in any
+/// embedded locale) fits the 4 MiB every gRPC client accepts by default;
+/// tests/grpc_answer_size.rs checks it against every embedded code.
+pub const DEFAULT_MAX_BATCH: usize = 1_600;
+
 /// Limits of the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServiceConfig {
@@ -48,7 +54,9 @@ pub struct ServiceConfig {
 
 impl Default for ServiceConfig {
     fn default() -> Self {
-        ServiceConfig { max_batch: 10_000 }
+        ServiceConfig {
+            max_batch: DEFAULT_MAX_BATCH,
+        }
     }
 }
 

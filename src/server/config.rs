@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
+use crate::grpc::service::DEFAULT_MAX_BATCH;
+
 /// Flags of `retryd serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -40,8 +42,9 @@ pub struct ServeArgs {
     /// Log filter, e.g. `info` or `retryd=debug`; RUST_LOG overrides it.
     #[arg(long, env = "RETRYD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
-    /// Most failures one ClassifyBatch may carry.
-    #[arg(long, env = "RETRYD_MAX_BATCH", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Most failures one ClassifyBatch may carry. The default keeps the
+    /// largest possible answer within the 4 MiB gRPC clients accept by default.
+    #[arg(long, env = "RETRYD_MAX_BATCH", default_value_t = DEFAULT_MAX_BATCH as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_batch: u32,
     /// Largest request message in bytes; larger ones are answered RESOURCE_EXHAUSTED.
     #[arg(long, env = "RETRYD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u32).range(1024..))]
@@ -55,6 +58,36 @@ pub struct ServeArgs {
     /// instead of being queued; 0 means no limit.
     #[arg(long, env = "RETRYD_MAX_CONCURRENT_CALLS", default_value_t = DEFAULT_MAX_CONCURRENT_CALLS)]
     pub max_concurrent_calls: u32,
+    /// Most calls one connection may have in flight (its share of
+    /// `--max-concurrent-calls`; default: a quarter of it, at least 1); over
+    /// it, that connection's calls are answered RESOURCE_EXHAUSTED. 0 means
+    /// no limit of its own.
+    #[arg(long, env = "RETRYD_MAX_CALLS_PER_CONNECTION", value_name = "N")]
+    pub max_calls_per_connection: Option<u32>,
+    /// Most bytes of requests being read and answers not yet taken by their
+    /// clients, over all connections; a call that would go over it is
+    /// answered RESOURCE_EXHAUSTED. Accepts `64MiB`, `512KiB` or bytes; 0
+    /// means no limit.
+    #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
+    pub max_buffered_bytes: u64,
+    /// The same for one connection (its share of `--max-buffered-bytes`;
+    /// default: a quarter of it, and at least room for one largest call: a
+    /// request of `--max-message-bytes` and a `--max-batch` answer).
+    #[arg(long, env = "RETRYD_MAX_BUFFERED_BYTES_PER_CONNECTION", value_name = "BYTES", value_parser = parse_bytes)]
+    pub max_buffered_bytes_per_connection: Option<u64>,
+    /// Most HTTP/2 streams one connection may have open at once (advertised
+    /// in SETTINGS; a client wanting more waits on its side).
+    #[arg(long, env = "RETRYD_MAX_STREAMS_PER_CONNECTION", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams_per_connection: u32,
+    /// Time a call's request message has to arrive whole after its headers;
+    /// a call still waiting is answered DEADLINE_EXCEEDED. A call takes a
+    /// slot only once its request is in.
+    #[arg(long, env = "RETRYD_FIRST_MESSAGE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub first_message_timeout: Duration,
+    /// An answer its client reads nothing of for this long is dropped and
+    /// its stream reset, giving back its memory and call slot.
+    #[arg(long, env = "RETRYD_STALL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub stall_timeout: Duration,
     /// Serve TLS with this certificate chain (PEM, leaf first); needs `--tls-key`.
     #[arg(long, env = "RETRYD_TLS_CERT", value_name = "PEM", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -77,6 +110,37 @@ pub struct ServeArgs {
 pub const DEFAULT_MAX_CONCURRENT_CALLS: u32 = 1024;
 
 impl ServeArgs {
+    /// `--max-calls-per-connection`, or its default: a quarter of
+    /// `--max-concurrent-calls` (at least 1; no limit when that is 0).
+    pub fn calls_per_connection(&self) -> u32 {
+        self.max_calls_per_connection
+            .unwrap_or(match self.max_concurrent_calls {
+                0 => 0,
+                n => (n / 4).max(1),
+            })
+    }
+
+    /// `--max-buffered-bytes-per-connection`, or its default: a quarter of
+    /// `--max-buffered-bytes`, and at least room for one largest call (see
+    /// [`ServeArgs::largest_call_bytes`]), within `--max-buffered-bytes`
+    /// (no limit when that is 0).
+    pub fn buffered_bytes_per_connection(&self) -> u64 {
+        self.max_buffered_bytes_per_connection
+            .unwrap_or(match self.max_buffered_bytes {
+                0 => 0,
+                n => (n / 4).max(self.largest_call_bytes()).min(n),
+            })
+    }
+
+    /// What the largest call holds at once: a request of
+    /// `--max-message-bytes` and the estimate of a `--max-batch` answer.
+    pub fn largest_call_bytes(&self) -> u64 {
+        let per_item = u64::try_from(super::admission::ITEM_ANSWER_BYTES).unwrap_or(u64::MAX);
+        u64::from(self.max_message_bytes)
+            .saturating_add(u64::from(self.max_batch).saturating_mul(per_item))
+            .saturating_add(2048)
+    }
+
     /// The `--policy` paths given, empty entries (`RETRYD_POLICY=`, `a,,b`) dropped.
     pub fn policy_paths(&self) -> Vec<PathBuf> {
         self.policy
@@ -177,6 +241,25 @@ impl fmt::Display for MetricsListen {
     }
 }
 
+/// Parses a size in bytes: a number with an optional unit `KiB`, `MiB`,
+/// `GiB` (or `K`, `M`, `G`, also powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 64MiB, 512KiB or 1048576"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        other => return Err(format!("{s:?}: unknown unit {other:?}; use KiB, MiB or GiB")),
+    };
+    value.checked_mul(scale).ok_or_else(|| format!("{s:?} is out of range"))
+}
+
 /// Parses a duration: a number with a unit `ms`, `s`, `m` or `h`
 /// (`500ms`, `30s`, `2m`), or a plain number of seconds (`30`, `1.5`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -212,6 +295,52 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("1e999").is_err());
+    }
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let argv = std::iter::once("retryd").chain(args.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).unwrap().serve
+    }
+
+    #[test]
+    fn connection_shares_default_to_a_quarter() {
+        let d = serve(&[]);
+        assert_eq!(
+            (d.calls_per_connection(), d.buffered_bytes_per_connection()),
+            (256, 16 << 20)
+        );
+        assert_eq!(serve(&["--max-concurrent-calls", "100"]).calls_per_connection(), 25);
+        assert_eq!(serve(&["--max-concurrent-calls", "2"]).calls_per_connection(), 1);
+        assert_eq!(serve(&["--max-concurrent-calls", "0"]).calls_per_connection(), 0);
+        assert_eq!(serve(&["--max-calls-per-connection", "7"]).calls_per_connection(), 7);
+        let bytes = |a: &[&str]| serve(a).buffered_bytes_per_connection();
+        assert_eq!(bytes(&["--max-buffered-bytes", "256MiB"]), 64 << 20);
+        assert_eq!(bytes(&["--max-buffered-bytes", "8MiB"]), d.largest_call_bytes());
+        assert_eq!(bytes(&["--max-buffered-bytes", "4MiB"]), 4 << 20, "within the total");
+        let largest = serve(&["--max-batch", "10000"]).largest_call_bytes();
+        assert_eq!(
+            largest,
+            (4 << 20) + 10_000 * super::super::admission::ITEM_ANSWER_BYTES as u64 + 2048
+        );
+        assert_eq!(bytes(&["--max-batch", "10000"]), largest, "room for the largest call");
+        assert_eq!(bytes(&["--max-buffered-bytes", "0"]), 0);
+        assert_eq!(bytes(&["--max-buffered-bytes-per-connection", "1MiB"]), 1 << 20);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("512K"), Ok(512 << 10));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert!(parse_bytes("1.5MiB").is_err());
+        assert!(parse_bytes("1TB").is_err());
+        assert!(parse_bytes("99999999999999G").is_err());
     }
 
     #[test]

@@ -6,18 +6,25 @@
 //!   points tests use in-process;
 //! - [`metrics`], [`mod@panic`], [`message_limit`], [`logging`], [`shutdown`]:
 //!   the plumbing;
+//! - [`wire`], [`admission`], [`ledger`], [`answer`], [`overload`]: what a
+//!   client may send and hold (gRPC wire rules, call slots, buffered bytes,
+//!   stalled answers);
 //! - [`mod@reload`]: `--policy` loading and hot reload (SIGHUP, file watch);
 //! - [`health_probe`]: `retryd health`.
 //!
 //! Exit codes of `retryd serve`: 0 after a graceful stop (SIGTERM/SIGINT),
-//! 1 when the server cannot start or fails (e.g. the address is in use),
+//! 1 when the server cannot start or fails (e.g. the address is in use) or
+//! a second SIGTERM/SIGINT stopped it before the drain ended,
 //! 2 for a bad configuration (a `--policy` that does not load — every error
 //! is logged as `file:line: key: message` —, an unknown default catalog, an
 //! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
 
+pub mod admission;
+pub mod answer;
 pub mod config;
 pub mod fleet;
 pub mod health_probe;
+pub mod ledger;
 pub mod logging;
 pub mod message_limit;
 pub mod metrics;
@@ -27,6 +34,7 @@ pub mod reload;
 pub mod run;
 pub mod shutdown;
 pub mod tls;
+pub mod wire;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -45,6 +53,14 @@ use crate::load::LoadError;
 pub const EXIT_CONFIG: u8 = 2;
 /// Exit code: the server could not start or failed.
 pub const EXIT_FAILED: u8 = 1;
+
+/// How the server stopped.
+enum Stopped {
+    /// The first signal's drain ended (or its grace period ran out).
+    Gracefully,
+    /// A second signal came during the drain.
+    Forced,
+}
 
 /// Runs `retryd serve` and returns its exit code.
 pub fn serve_main(args: ServeArgs) -> ExitCode {
@@ -115,16 +131,21 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         };
         tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
         fleet.spawn_upkeep(Duration::from_millis(500));
-        BoundServer::bind(config, handle)
-            .await?
-            .with_fleet(fleet, operators)
-            .serve(shutdown::signal())
-            .await
+        let signals = shutdown::Signals::listen();
+        let server = BoundServer::bind(config, handle).await?.with_fleet(fleet, operators);
+        tokio::select! {
+            result = server.serve(signals.received(1)) => result.map(|()| Stopped::Gracefully),
+            () = signals.received(2) => Ok(Stopped::Forced),
+        }
     });
     // Calls abandoned after the grace period must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Stopped::Gracefully) => ExitCode::SUCCESS,
+        Ok(Stopped::Forced) => {
+            tracing::error!("stopped by a second signal before the drain ended");
+            ExitCode::from(EXIT_FAILED)
+        }
         Err(e) => {
             tracing::error!("{e}");
             ExitCode::from(if e.is_config() { EXIT_CONFIG } else { EXIT_FAILED })

@@ -10,12 +10,16 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
+use super::admission::{AdmissionConfig, AdmissionLayer};
+use super::answer::Stalls;
 use super::config::{MetricsListen, ServeArgs};
+use super::ledger::{Ledger, Limits};
 use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
-use super::overload::{SHED_TOTAL, ShedLayer};
+use super::overload::SHED_TOTAL;
 use super::panic::CatchPanicLayer;
 use super::tls::{ServerTls, TlsError};
+use super::wire::WireLayer;
 use crate::fleet::Fleet;
 use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
 use crate::grpc::{Operators, PolicyHandle, RetryDecisionApi, SERVICE_NAME, ServiceConfig};
@@ -35,16 +39,22 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Most calls in flight over all connections (health not counted); 0: no limit.
     pub max_concurrent_calls: usize,
+    /// Most calls in flight on one connection; 0: no limit of its own.
+    pub max_calls_per_connection: usize,
+    /// Most bytes of requests and answers held, all connections; 0: no limit.
+    pub max_buffered_bytes: usize,
+    /// Most bytes of requests and answers held for one connection; 0: no limit.
+    pub max_buffered_bytes_per_connection: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub max_streams_per_connection: u32,
+    /// Time a call's request has to arrive whole.
+    pub first_message_timeout: Duration,
+    /// Time an answer may go unread before it is dropped.
+    pub stall_timeout: Duration,
     /// TLS (and mutual TLS) settings; `None`: plaintext.
     pub tls: Option<ServerTls>,
 }
 
-/// HTTP/2 streams one connection may have open at once (advertised in
-/// SETTINGS; a client wanting more waits for a free stream on its side).
-/// Bounds what one connection can hold open, e.g. streams that never send
-/// their request; well above the 200 of a load generator at `-c 200` over
-/// one connection. hyper's own default would be 200; tonic's is no limit.
-pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
 /// Server HTTP/2 PING interval on an idle connection, and how long the
 /// client has to answer: detects dead peers whose connections would
 /// otherwise hold their streams' memory forever.
@@ -64,6 +74,13 @@ impl ServerConfig {
             max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
             shutdown_grace: args.shutdown_grace,
             max_concurrent_calls: usize::try_from(args.max_concurrent_calls).unwrap_or(usize::MAX),
+            max_calls_per_connection: usize::try_from(args.calls_per_connection()).unwrap_or(usize::MAX),
+            max_buffered_bytes: usize::try_from(args.max_buffered_bytes).unwrap_or(usize::MAX),
+            max_buffered_bytes_per_connection: usize::try_from(args.buffered_bytes_per_connection())
+                .unwrap_or(usize::MAX),
+            max_streams_per_connection: args.max_streams_per_connection,
+            first_message_timeout: args.first_message_timeout,
+            stall_timeout: args.stall_timeout,
             tls: None,
         }
     }
@@ -133,7 +150,7 @@ impl BoundServer {
     /// The TLS files are read (and checked) first.
     pub async fn bind(config: ServerConfig, policy: PolicyHandle) -> Result<Self, ServerError> {
         let mut builder = tonic::transport::Server::builder()
-            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .max_concurrent_streams(config.max_streams_per_connection)
             .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT));
         if let Some(tls) = &config.tls {
@@ -247,9 +264,25 @@ impl BoundServer {
             let _ = draining_tx.send(());
         };
 
-        if config.max_concurrent_calls > 0 {
-            ::metrics::counter!(SHED_TOTAL).increment(0);
-        }
+        ::metrics::counter!(SHED_TOTAL).increment(0);
+        ::metrics::counter!(super::answer::STALLED_TOTAL).increment(0);
+        let ledger = Ledger::new(Limits {
+            calls: config.max_concurrent_calls,
+            calls_per_connection: config.max_calls_per_connection,
+            bytes: config.max_buffered_bytes,
+            bytes_per_connection: config.max_buffered_bytes_per_connection,
+        });
+        let stalls = Stalls::new();
+        let _stall_sweeper = AbortOnDrop(tokio::spawn(stalls.clone().sweep(config.stall_timeout)));
+        let admission = AdmissionLayer::new(
+            ledger,
+            stalls,
+            AdmissionConfig {
+                first_message_timeout: config.first_message_timeout,
+                max_message_bytes: config.max_message_bytes,
+                max_batch: config.max_batch,
+            },
+        );
         match &config.tls {
             Some(ServerTls { client_ca: Some(_), .. }) => {
                 tracing::info!("listening on {grpc_addr} (TLS, client certificates required)")
@@ -262,7 +295,8 @@ impl BoundServer {
             .with_keepalive(Some(TCP_KEEPALIVE));
         let server = builder
             .layer(GrpcMetricsLayer)
-            .layer(ShedLayer::new(config.max_concurrent_calls))
+            .layer(WireLayer)
+            .layer(admission)
             .layer(MessageLimitLayer::new(config.max_message_bytes))
             .layer(CatchPanicLayer)
             .add_service(health)

@@ -2,6 +2,7 @@
 //! on free ports, read its addresses from its log, talk to it.
 #![allow(dead_code)]
 
+pub mod h2raw;
 pub mod proc;
 pub mod tls;
 
@@ -43,7 +44,7 @@ impl Server {
     /// Starts `retryd serve` on free ports with `extra` flags and `env`
     /// variables set.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_retryd"))
+        let mut child = Command::new(binary())
             .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
             // GRPC_TEST_LOG=debug (or any filter) shows more of the server in failure output.
             .args([
@@ -196,6 +197,12 @@ impl Drop for Server {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The `retryd` binary under test: this build's, or `RETRYD_TEST_BIN` (to
+/// measure an older build with the same test, e.g. before and after a fix).
+pub fn binary() -> std::path::PathBuf {
+    std::env::var_os("RETRYD_TEST_BIN").map_or_else(|| env!("CARGO_BIN_EXE_retryd").into(), Into::into)
 }
 
 /// Runs `retryd serve` with `extra` flags, expecting it to exit before it
@@ -398,8 +405,8 @@ impl Load {
 }
 
 /// Starts a ClassifyBatch whose request body the client holds open: the call
-/// is accepted and in the handler (waiting for the message) until the
-/// returned sender delivers it.
+/// is accepted and waits for its message (holding no call slot, for at most
+/// `--first-message-timeout`) until the returned sender delivers it.
 pub fn hold_a_call(
     channel: Channel,
 ) -> (

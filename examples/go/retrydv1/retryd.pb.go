@@ -1904,7 +1904,7 @@ func (x *ClassifyResponse) GetDecision() *Decision {
 // Many failures to decide, e.g. a queue of pending records being re-driven.
 type ClassifyBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The failed calls; at most the server's --max-batch (default 10000).
+	// The failed calls; at most the server's --max-batch (default 1600).
 	Failures []*Failure `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
 	// Language of every Decision.reason (see ClassifyRequest.locale).
 	Locale        string `protobuf:"bytes,2,opt,name=locale,proto3" json:"locale,omitempty"`

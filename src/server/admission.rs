@@ -1,0 +1,392 @@
+//! Admission of decision calls (`retryd.v1.RetryDecisionService/*`, one
+//! request message each): what one client can hold is bounded, so it cannot exhaust the
+//! server's memory or call slots.
+//!
+//! 1. The request is read whole before the call takes a slot; its bytes are
+//!    charged to the [`Ledger`] as they arrive (server-wide and per
+//!    connection), and it must arrive within `--first-message-timeout`
+//!    (DEADLINE_EXCEEDED otherwise). A stream that never sends its request
+//!    holds no slot.
+//! 2. A request with more than one message is a cardinality violation:
+//!    UNIMPLEMENTED, as the gRPC status-code table says.
+//! 3. The answer's size is estimated from the request (a ClassifyBatch's
+//!    items times the largest answer of one item) and charged before the
+//!    handler runs, then a call slot is taken; over a limit the call is
+//!    answered RESOURCE_EXHAUSTED at once and the handler never runs.
+//! 4. A large batch, decided on the blocking pool (which finishes it even
+//!    when the call is dropped), runs on a task of its own holding the
+//!    call's slot and bytes until it ends, so clients that reset their
+//!    calls cannot pile up work beyond the limits.
+//! 5. The answer is encoded at once and charged at its real size; the slot
+//!    and bytes are held until the connection has taken the whole answer
+//!    ([`Answer`]), or the answer is dropped as stalled (`--stall-timeout`).
+//!
+//! A server-streaming answer (one request, then messages for as long as the
+//! client wants) gives its slot back once its first messages are taken, and
+//! is not dropped for waiting on its next message.
+//!
+//! Health checks and reflection are not admitted here: an overloaded server
+//! is busy, not unhealthy, and must not be restarted for it.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf as _, Bytes, BytesMut};
+use http_body::Body as _;
+use http_body_util::BodyExt as _;
+use tonic::body::Body;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tower::{Layer, Service};
+
+use super::answer::{Answer, Stalls};
+use super::ledger::{Ledger, Ticket};
+use super::overload::SHED_TOTAL;
+
+/// Paths admitted here.
+const SERVICE_PREFIX: &str = "/retryd.v1.RetryDecisionService/";
+/// The path whose answers grow with the request.
+const CLASSIFY_BATCH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";
+
+/// Upper bound of the encoded size of one ClassifyBatch result (and of a
+/// Classify answer), in any embedded locale, with every echoed field at its
+/// limit and the fleet hold it may carry; checked by `tests/grpc_answer_size.rs` against every code of every
+/// embedded catalog.
+pub const ITEM_ANSWER_BYTES: usize = 2560;
+/// Charged for an answer whose size is not known before it is made
+/// (ListCatalogs); corrected once it is encoded.
+const OTHER_ANSWER_BYTES: usize = 64 * 1024;
+/// Room for the batch summary and framing.
+const ANSWER_OVERHEAD: usize = 1024;
+/// Calls estimated above this (batches of more than 256 items, which the
+/// service decides on the blocking pool) run on a task of their own.
+const SPAWN_ABOVE: usize = 256 * ITEM_ANSWER_BYTES + ANSWER_OVERHEAD;
+
+/// The settings of [`AdmissionLayer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionConfig {
+    /// Time a call's request has to arrive whole (`--first-message-timeout`).
+    pub first_message_timeout: Duration,
+    /// Largest request message (`--max-message-bytes`).
+    pub max_message_bytes: usize,
+    /// Most items of a ClassifyBatch (`--max-batch`).
+    pub max_batch: usize,
+}
+
+#[derive(Debug)]
+struct Admission {
+    ledger: Arc<Ledger>,
+    stalls: Stalls,
+    config: AdmissionConfig,
+}
+
+/// Layer applying [`Admit`].
+#[derive(Debug, Clone)]
+pub struct AdmissionLayer(Arc<Admission>);
+
+impl AdmissionLayer {
+    /// Admits calls against `ledger`; answers are watched by `stalls`.
+    pub fn new(ledger: Arc<Ledger>, stalls: Stalls, config: AdmissionConfig) -> Self {
+        AdmissionLayer(Arc::new(Admission { ledger, stalls, config }))
+    }
+}
+
+impl<S> Layer<S> for AdmissionLayer {
+    type Service = Admit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Admit {
+            inner,
+            admission: Arc::clone(&self.0),
+        }
+    }
+}
+
+/// The service of [`AdmissionLayer`].
+#[derive(Debug, Clone)]
+pub struct Admit<S> {
+    inner: S,
+    admission: Arc<Admission>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S> Service<http::Request<Body>> for Admit<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<http::Response<Body>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        if !req.uri().path().starts_with(SERVICE_PREFIX) {
+            return Box::pin(self.inner.call(req));
+        }
+        // The clone that was made ready is the one that is called.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(admit(inner, req, Arc::clone(&self.admission)))
+    }
+}
+
+/// The peer address of the request's connection, plaintext or TLS.
+fn peer(req: &http::Request<Body>) -> Option<SocketAddr> {
+    let ext = req.extensions();
+    ext.get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| {
+            ext.get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|i| i.get_ref().remote_addr())
+        })
+}
+
+fn answer(status: tonic::Status) -> http::Response<Body> {
+    status.into_http()
+}
+
+async fn admit<S>(
+    mut inner: S,
+    req: http::Request<Body>,
+    admission: Arc<Admission>,
+) -> Result<http::Response<Body>, S::Error>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let config = admission.config;
+    let mut ticket = admission.ledger.ticket(peer(&req));
+    let (parts, body) = req.into_parts();
+    let read = tokio::time::timeout(
+        config.first_message_timeout,
+        read_request(body, &mut ticket, config.max_message_bytes),
+    );
+    let request = match read.await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(status)) => return Ok(answer(status)),
+        Err(_) => {
+            return Ok(answer(tonic::Status::deadline_exceeded(format!(
+                "the request message did not arrive within {:?} (--first-message-timeout)",
+                config.first_message_timeout
+            ))));
+        }
+    };
+    let estimate = if parts.uri.path() == CLASSIFY_BATCH {
+        match batch_items(&request) {
+            Some(n) if n <= config.max_batch => n * ITEM_ANSWER_BYTES + ANSWER_OVERHEAD,
+            Some(_) => ANSWER_OVERHEAD,
+            None => config.max_batch * ITEM_ANSWER_BYTES + ANSWER_OVERHEAD,
+        }
+    } else if parts.uri.path().ends_with("/Classify") {
+        ITEM_ANSWER_BYTES + ANSWER_OVERHEAD
+    } else {
+        OTHER_ANSWER_BYTES
+    };
+    if let Err(refusal) = ticket.charge(estimate).and_then(|()| ticket.take_call()) {
+        metrics::counter!(SHED_TOTAL).increment(1);
+        return Ok(answer(refusal.status()));
+    }
+    let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(request)));
+    let call = inner.call(req);
+    let (response, mut ticket) = if estimate > SPAWN_ABOVE {
+        // A large batch is decided on the blocking pool, which finishes it
+        // even if this call is dropped (the client reset it): the work is run
+        // on a task of its own that keeps the ticket until it ends, so resets
+        // cannot pile up work beyond the limits.
+        let task = tokio::spawn(async move { (call.await, ticket) });
+        match task.await {
+            Ok(done) => done,
+            Err(e) => return Ok(answer(tonic::Status::internal(format!("the call's task failed: {e}")))),
+        }
+    } else {
+        (call.await, ticket)
+    };
+    let response = response?;
+    let (parts, mut body) = response.into_parts();
+    let (frames, size, done) = take_ready(&mut body).await;
+    if done && frames.is_empty() {
+        // A trailers-only answer (an error status): nothing left to hold.
+        return Ok(http::Response::from_parts(parts, body));
+    }
+    ticket.set_bytes(size);
+    if !done {
+        // A server-streaming answer (its first messages are taken above):
+        // it lasts as long as its client wants, so it holds no slot.
+        ticket.release_call();
+    }
+    let rest = (!done).then_some(body);
+    let answer = Answer::new(frames, rest, ticket, &admission.stalls);
+    Ok(http::Response::from_parts(parts, Body::new(answer)))
+}
+
+/// Reads the whole request body, charging its bytes to `ticket`. Stops at
+/// the first byte past one message of `max_message_bytes`: the message is
+/// too large (RESOURCE_EXHAUSTED), or a second one follows (UNIMPLEMENTED).
+async fn read_request(mut body: Body, ticket: &mut Ticket, max_message_bytes: usize) -> Result<Bytes, tonic::Status> {
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| tonic::Status::cancelled(format!("reading the request: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        ticket.charge(data.len()).map_err(|r| {
+            metrics::counter!(SHED_TOTAL).increment(1);
+            r.status()
+        })?;
+        buf.extend_from_slice(&data);
+        if buf.len() > max_message_bytes + 5 {
+            return Err(match message_len(&buf) {
+                Some(n) if n > max_message_bytes => too_large(n, max_message_bytes),
+                _ => second_message(),
+            });
+        }
+        if body.is_end_stream() {
+            break;
+        }
+    }
+    if let Some(n) = message_len(&buf) {
+        if buf.len() > n + 5 {
+            return Err(if n > max_message_bytes {
+                too_large(n, max_message_bytes)
+            } else {
+                second_message()
+            });
+        }
+    }
+    Ok(buf.freeze())
+}
+
+fn too_large(n: usize, max: usize) -> tonic::Status {
+    tonic::Status::resource_exhausted(format!(
+        "request message is {n} bytes; the limit is {max} (--max-message-bytes)"
+    ))
+}
+
+fn second_message() -> tonic::Status {
+    tonic::Status::unimplemented("a unary call carries more than one request message (cardinality violation)")
+}
+
+/// The length in the first gRPC message prefix, if there are 5 bytes.
+fn message_len(buf: &[u8]) -> Option<usize> {
+    let prefix = buf.get(1..5)?;
+    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+    usize::try_from(len).ok()
+}
+
+/// The number of `failures` (field 1) in a framed, uncompressed
+/// ClassifyBatchRequest, by a walk over its top-level fields; `None` if it
+/// is compressed or does not parse (the decoder will say why).
+fn batch_items(framed: &[u8]) -> Option<usize> {
+    if framed.first() != Some(&0) {
+        return None;
+    }
+    let mut msg = framed.get(5..)?;
+    let mut items = 0;
+    while msg.has_remaining() {
+        let key = prost::encoding::decode_varint(&mut msg).ok()?;
+        let len = match key & 7 {
+            0 => {
+                prost::encoding::decode_varint(&mut msg).ok()?;
+                0
+            }
+            1 => 8,
+            2 => usize::try_from(prost::encoding::decode_varint(&mut msg).ok()?).ok()?,
+            5 => 4,
+            _ => return None,
+        };
+        if key >> 3 == 1 && key & 7 == 2 {
+            items += 1;
+        }
+        if len > msg.remaining() {
+            return None;
+        }
+        msg.advance(len);
+    }
+    Some(items)
+}
+
+/// Takes the frames the answer's body has ready (all of a unary answer):
+/// the frames, their data bytes, and whether the body is finished.
+async fn take_ready(body: &mut Body) -> (VecDeque<Result<http_body::Frame<Bytes>, tonic::Status>>, usize, bool) {
+    let mut frames = VecDeque::new();
+    let mut size = 0;
+    let mut done = false;
+    std::future::poll_fn(|cx| {
+        loop {
+            match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Ready(Some(frame)) => {
+                    if let Ok(data) = frame.as_ref().map(http_body::Frame::data_ref) {
+                        size += data.map_or(0, Bytes::len);
+                    }
+                    let end = frame.is_err();
+                    frames.push_back(frame);
+                    if end {
+                        done = true;
+                        break;
+                    }
+                }
+                Poll::Ready(None) => {
+                    done = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        Poll::Ready(())
+    })
+    .await;
+    (frames, size, done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grpc::pb;
+
+    fn framed(msg: &impl prost::Message) -> Vec<u8> {
+        let body = msg.encode_to_vec();
+        let mut out = vec![0];
+        out.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    #[test]
+    fn batch_items_counts_failures() {
+        let req = pb::ClassifyBatchRequest {
+            failures: vec![pb::Failure::default(); 7],
+            locale: "ru".into(),
+        };
+        assert_eq!(batch_items(&framed(&req)), Some(7));
+        assert_eq!(batch_items(&framed(&pb::ClassifyBatchRequest::default())), Some(0));
+        assert_eq!(batch_items(&[0, 0, 0, 0, 2, 0x0a, 0x05]), None, "truncated");
+        assert_eq!(batch_items(&[1, 0, 0, 0, 0]), None, "compressed");
+    }
+
+    #[test]
+    fn the_peer_is_the_connections_remote_address() {
+        let mut req = http::Request::new(Body::empty());
+        assert_eq!(peer(&req), None, "in-process: no share of its own");
+        let remote: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        req.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some(remote),
+        });
+        assert_eq!(peer(&req), Some(remote));
+    }
+
+    #[test]
+    fn message_prefix() {
+        assert_eq!(message_len(&[0, 0, 0, 1, 0]), Some(256));
+        assert_eq!(message_len(&[0, 0, 0]), None);
+    }
+}

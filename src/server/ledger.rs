@@ -1,0 +1,325 @@
+//! What calls hold: call slots and buffered bytes, over all connections and
+//! per connection.
+//!
+//! Every decision call takes a [`Ticket`]. Bytes are charged to it while its
+//! request is buffered (before a slot is taken), then the estimated and
+//! finally the encoded answer; the slot is taken once the request is whole
+//! and held until the answer has been handed to the connection. Dropping the
+//! ticket gives everything back. Each connection (its peer address) may hold
+//! only a share of the server-wide limits, so one connection cannot starve
+//! the others.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The limits; 0 means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Calls in flight, all connections (`--max-concurrent-calls`).
+    pub calls: usize,
+    /// Calls in flight on one connection (`--max-calls-per-connection`).
+    pub calls_per_connection: usize,
+    /// Request and answer bytes held, all connections (`--max-buffered-bytes`).
+    pub bytes: usize,
+    /// Request and answer bytes held by one connection
+    /// (`--max-buffered-bytes-per-connection`).
+    pub bytes_per_connection: usize,
+}
+
+/// Which limit refused a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `--max-concurrent-calls`.
+    Calls(usize),
+    /// `--max-calls-per-connection`.
+    CallsPerConnection(usize),
+    /// `--max-buffered-bytes`.
+    Bytes(usize),
+    /// `--max-buffered-bytes-per-connection`.
+    BytesPerConnection(usize),
+}
+
+impl Refusal {
+    /// The RESOURCE_EXHAUSTED status that answers the call.
+    pub fn status(self) -> tonic::Status {
+        let why = match self {
+            Refusal::Calls(n) => format!("server overloaded: {n} calls in flight (--max-concurrent-calls)"),
+            Refusal::CallsPerConnection(n) => {
+                format!("this connection has {n} calls in flight (--max-calls-per-connection)")
+            }
+            Refusal::Bytes(n) => format!("server overloaded: {n} bytes of calls buffered (--max-buffered-bytes)"),
+            Refusal::BytesPerConnection(n) => {
+                format!("this connection holds {n} bytes of calls (--max-buffered-bytes-per-connection)")
+            }
+        };
+        tonic::Status::resource_exhausted(format!("{why}; retry with backoff"))
+    }
+}
+
+#[derive(Debug, Default)]
+struct Share {
+    calls: usize,
+    bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    calls: usize,
+    bytes: usize,
+    connections: HashMap<SocketAddr, Share>,
+}
+
+/// The server-wide account of call slots and buffered bytes.
+#[derive(Debug)]
+pub struct Ledger {
+    limits: Limits,
+    state: Mutex<State>,
+}
+
+impl Ledger {
+    /// A ledger enforcing `limits`.
+    pub fn new(limits: Limits) -> Arc<Self> {
+        Arc::new(Ledger {
+            limits,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// A ticket for a call on the connection from `peer` (`None`: unknown,
+    /// only the server-wide limits apply); it holds nothing yet.
+    pub fn ticket(self: &Arc<Self>, peer: Option<SocketAddr>) -> Ticket {
+        Ticket {
+            ledger: Arc::clone(self),
+            peer,
+            call: false,
+            connection_call: false,
+            bytes: 0,
+        }
+    }
+
+    /// Calls and bytes held now, all connections.
+    pub fn held(&self) -> (usize, usize) {
+        let s = self.lock();
+        (s.calls, s.bytes)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent even if a holder panicked (every update
+        // is a pair of plain additions), so a poisoned lock is used as is.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn over(limit: usize, now: usize, more: usize) -> bool {
+    limit > 0 && now.saturating_add(more) > limit
+}
+
+/// What one call holds; gives it back when dropped.
+#[derive(Debug)]
+pub struct Ticket {
+    ledger: Arc<Ledger>,
+    peer: Option<SocketAddr>,
+    call: bool,
+    connection_call: bool,
+    bytes: usize,
+}
+
+impl Ticket {
+    /// Charges `n` more bytes, unless that goes over a limit.
+    pub fn charge(&mut self, n: usize) -> Result<(), Refusal> {
+        let limits = self.ledger.limits;
+        let mut s = self.ledger.lock();
+        if over(limits.bytes, s.bytes, n) {
+            return Err(Refusal::Bytes(limits.bytes));
+        }
+        if let Some(peer) = self.peer {
+            let share = s.connections.entry(peer).or_default();
+            if over(limits.bytes_per_connection, share.bytes, n) {
+                return Err(Refusal::BytesPerConnection(limits.bytes_per_connection));
+            }
+            share.bytes += n;
+        }
+        s.bytes += n;
+        self.bytes += n;
+        Ok(())
+    }
+
+    /// Sets the bytes held to `n` (an answer already in memory: charged even
+    /// over the limits, which then refuse the next calls).
+    pub fn set_bytes(&mut self, n: usize) {
+        let mut s = self.ledger.lock();
+        s.bytes = s.bytes.saturating_sub(self.bytes) + n;
+        if let Some(peer) = self.peer {
+            let share = s.connections.entry(peer).or_default();
+            share.bytes = share.bytes.saturating_sub(self.bytes) + n;
+        }
+        self.bytes = n;
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Takes a call slot, unless none is free server-wide or on this connection.
+    pub fn take_call(&mut self) -> Result<(), Refusal> {
+        let limits = self.ledger.limits;
+        let mut s = self.ledger.lock();
+        if over(limits.calls, s.calls, 1) {
+            return Err(Refusal::Calls(limits.calls));
+        }
+        if let Some(peer) = self.peer {
+            let share = s.connections.entry(peer).or_default();
+            if over(limits.calls_per_connection, share.calls, 1) {
+                return Err(Refusal::CallsPerConnection(limits.calls_per_connection));
+            }
+            share.calls += 1;
+            self.connection_call = true;
+        }
+        s.calls += 1;
+        self.call = true;
+        Ok(())
+    }
+
+    /// Gives the call slot back (server-wide and on the connection), keeping
+    /// the bytes: for a streaming answer, which may last as long as its client
+    /// wants and must not hold a slot meanwhile.
+    pub fn release_call(&mut self) {
+        let mut s = self.ledger.lock();
+        if std::mem::take(&mut self.call) {
+            s.calls = s.calls.saturating_sub(1);
+        }
+        if std::mem::take(&mut self.connection_call) {
+            if let Some(share) = self.peer.and_then(|p| s.connections.get_mut(&p)) {
+                share.calls = share.calls.saturating_sub(1);
+            }
+        }
+    }
+
+    /// A stalled answer was dropped, but its stream lives on: the server-wide
+    /// slot goes back, while the connection keeps its slot and `bytes` (what
+    /// the connection may still buffer for it) until the stream is gone.
+    pub fn stalled(&mut self, bytes: usize) {
+        let n = bytes.min(self.bytes);
+        self.set_bytes(n);
+        if std::mem::take(&mut self.call) {
+            self.ledger.lock().calls -= 1;
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.call && !self.connection_call && self.bytes == 0 {
+            if let Some(peer) = self.peer {
+                // A charge that was refused may have created an empty share.
+                let mut s = self.ledger.lock();
+                if s.connections.get(&peer).is_some_and(|c| c.calls == 0 && c.bytes == 0) {
+                    s.connections.remove(&peer);
+                }
+            }
+            return;
+        }
+        let mut s = self.ledger.lock();
+        s.bytes = s.bytes.saturating_sub(self.bytes);
+        if self.call {
+            s.calls = s.calls.saturating_sub(1);
+        }
+        if let Some(share) = self.peer.and_then(|p| s.connections.get_mut(&p)) {
+            share.bytes = share.bytes.saturating_sub(self.bytes);
+            if self.connection_call {
+                share.calls = share.calls.saturating_sub(1);
+            }
+            if share.calls == 0 && share.bytes == 0 {
+                if let Some(peer) = self.peer {
+                    s.connections.remove(&peer);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            calls: 3,
+            calls_per_connection: 2,
+            bytes: 100,
+            bytes_per_connection: 60,
+        }
+    }
+
+    fn peer(port: u16) -> Option<SocketAddr> {
+        Some(SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    #[test]
+    fn a_connection_gets_only_its_share() {
+        let ledger = Ledger::new(limits());
+        let mut a1 = ledger.ticket(peer(1));
+        let mut a2 = ledger.ticket(peer(1));
+        let mut a3 = ledger.ticket(peer(1));
+        a1.take_call().unwrap();
+        a2.take_call().unwrap();
+        assert_eq!(a3.take_call(), Err(Refusal::CallsPerConnection(2)));
+        let mut b1 = ledger.ticket(peer(2));
+        b1.take_call().unwrap();
+        let mut b2 = ledger.ticket(peer(2));
+        assert_eq!(b2.take_call(), Err(Refusal::Calls(3)));
+        drop(a1);
+        b2.take_call().unwrap();
+
+        a2.charge(60).unwrap();
+        assert_eq!(a3.charge(1), Err(Refusal::BytesPerConnection(60)));
+        b1.charge(40).unwrap();
+        assert_eq!(b2.charge(1), Err(Refusal::Bytes(100)));
+        b1.set_bytes(10);
+        b2.charge(20).unwrap();
+        assert_eq!(ledger.held(), (3, 90));
+        drop((a2, a3, b1, b2));
+        assert_eq!(ledger.held(), (0, 0));
+        assert!(ledger.lock().connections.is_empty());
+    }
+
+    #[test]
+    fn a_stalled_answer_keeps_its_connection_slot() {
+        let ledger = Ledger::new(limits());
+        let mut a = ledger.ticket(peer(1));
+        a.take_call().unwrap();
+        a.charge(50).unwrap();
+        a.stalled(16);
+        assert_eq!(ledger.held(), (0, 16));
+        let mut a2 = ledger.ticket(peer(1));
+        a2.take_call().unwrap();
+        let mut a3 = ledger.ticket(peer(1));
+        assert_eq!(a3.take_call(), Err(Refusal::CallsPerConnection(2)));
+        drop(a);
+        a3.take_call().unwrap();
+        a3.release_call();
+        a3.release_call();
+        assert_eq!(ledger.held(), (1, 0));
+        drop((a2, a3));
+        assert_eq!(ledger.held(), (0, 0));
+        assert!(ledger.lock().connections.is_empty());
+    }
+
+    #[test]
+    fn zero_is_no_limit_and_unknown_peers_share_nothing() {
+        let ledger = Ledger::new(Limits::default());
+        let tickets: Vec<_> = (0..100)
+            .map(|_| {
+                let mut t = ledger.ticket(None);
+                t.take_call().unwrap();
+                t.charge(1 << 30).unwrap();
+                t
+            })
+            .collect();
+        assert_eq!(ledger.held().0, 100);
+        drop(tickets);
+        assert_eq!(ledger.held(), (0, 0));
+    }
+}
