@@ -139,6 +139,15 @@ impl Budgets {
     /// One flush through `store`, as of `now`.
     pub async fn flush_once(&self, store: &dyn SharedStore, now: UnixMillis) {
         let (keys, batch) = self.take_flush(now);
+        if batch.is_empty() {
+            // Nothing to send or read: no round trip, no key (an idle
+            // replica writes nothing to Redis, not even its heartbeat; the
+            // replica count is of replicas with budget traffic).
+            if store.connected() {
+                self.fleet_ok_ms.store(now.0, Ordering::Relaxed);
+            }
+            return;
+        }
         let reply = store.flush_budgets(&batch, now).await;
         self.apply_flush(&keys, reply, UnixMillis::now());
     }

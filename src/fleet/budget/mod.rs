@@ -165,7 +165,8 @@ impl Budgets {
             max_scopes: max_scopes.max(1),
             shared,
             replicas: AtomicU64::new(1),
-            fleet_ok_ms: AtomicI64::new(i64::MIN),
+            // Not in fallback at start: nothing is known yet, and nothing is missed.
+            fleet_ok_ms: AtomicI64::new(UnixMillis::now().0),
             // A few missed flushes, at least a second: one slow answer is not an outage.
             stale_after_ms: i64::try_from(flush_every_ms.saturating_mul(5).max(1_000)).unwrap_or(i64::MAX),
             fallback: AtomicBool::new(false),
@@ -241,6 +242,11 @@ impl Budgets {
         let mut t = self.lock();
         for rule in rules {
             let Some(key) = scope.key(rule) else { continue };
+            if !self.shared && c.requests == 0 && !t.map.contains_key(&key) {
+                // One replica, a retry of a scope with no first attempt ever
+                // recorded: nothing to budget, nothing worth a table slot.
+                continue;
+            }
             let e = self.entry(&mut t, key, rule, scope, hash);
             let b = rule.bucket_of(now);
             e.own.add(b, c);
