@@ -100,11 +100,7 @@ fn render(s: &pb::BudgetStanding, format: &str) -> String {
         })
         .to_string();
     }
-    let pct = if b.allowed == 0 {
-        0
-    } else {
-        b.retries.saturating_mul(100) / b.allowed
-    };
+    let pct = b.retries.saturating_mul(100).checked_div(b.allowed).unwrap_or(0);
     format!(
         "{} retries {}/{} allowed ({pct} %) requests {} since {start} budget {}",
         b.scope_key, b.retries, b.allowed, b.requests, s.rule
