@@ -74,3 +74,58 @@ async fn a_server_without_fleet_flags_uses_memory_and_refuses_a_bad_state() {
     assert_eq!(status.code(), Some(2), "{log}");
     assert!(log.contains("--state"), "{log}");
 }
+
+/// `retryd holds list|release` against a running server: JSON lines with the
+/// tenant hashed unless the operator's token is given; release refused
+/// without it (exit 1), done with it (exit 0); a bad address exits 2.
+#[tokio::test]
+async fn the_holds_cli_lists_and_releases_as_the_rpc_does() {
+    use retryd::grpc::pb;
+    let dir = scenarios::setup("cli");
+    let s = memory_server(&dir);
+    let mut c = s.client().await;
+    let mut f = grpc_support::failure("frontspin", "RATE_LIMITED", pb::OperationKind::Read);
+    f.tenant = "acme".into();
+    f.dependency = "fs-cli".into();
+    let d = c
+        .classify(pb::ClassifyRequest {
+            failure: Some(f),
+            locale: String::new(),
+        })
+        .await
+        .expect("classify")
+        .into_inner();
+    let id = d.decision.and_then(|d| d.hold).expect("a hold").id;
+    let token = dir.join("token").display().to_string();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_retryd"))
+            .arg("holds")
+            .args(args)
+            .output()
+            .expect("run retryd holds");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let url = s.url();
+    let (code, out, err) = cli(&["list", "--addr", &url, "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let line: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
+    assert_eq!(line["id"], id.as_str());
+    assert_eq!(line["kind"], "quota_stop");
+    assert!(line["tenant"].as_str().is_some_and(|t| t.starts_with("h:")), "{line}");
+    let (_, out, _) = cli(&["list", "--addr", &url, "--token-file", &token, "--format", "json"]);
+    assert!(out.contains("\"tenant\":\"acme\""), "{out}");
+    let (code, _, err) = cli(&["release", "--addr", &url, &id]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("PermissionDenied"), "{err}");
+    let (code, out, err) = cli(&["release", "--addr", &url, "--token-file", &token, &id]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("released "), "{out}");
+    let (code, out, _) = cli(&["list", "--addr", &url]);
+    assert_eq!((code, out.as_str()), (Some(0), ""), "nothing left");
+    let (code, _, err) = cli(&["list", "--addr", "http://[::bad"]);
+    assert_eq!(code, Some(2), "{err}");
+}

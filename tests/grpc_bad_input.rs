@@ -258,6 +258,11 @@ async fn deadlines_past_far_future_and_out_of_range_timestamps() {
     let d = decided(&mut client, "deadline 9999", f).await;
     assert_eq!(d.verdict(), pb::Verdict::RetryWithLimit, "{d:?}");
     assert_eq!(d.retry.as_ref().unwrap().deadline, Some(year_9999));
+    assert!(
+        !has_warning(&d, "timestamp_out_of_range:"),
+        "in range: {:?}",
+        d.warnings
+    );
 
     // Out of Timestamp's range, nanos negative or too large: read (saturated,
     // clamped), never a panic or overflow.
@@ -271,7 +276,9 @@ async fn deadlines_past_far_future_and_out_of_range_timestamps() {
         let what = format!("deadline seconds {seconds} nanos {nanos}");
         let mut f = read_503();
         f.deadline = Some(Timestamp { seconds, nanos });
-        decided(&mut client, &what, f.clone()).await;
+        // Clamped, and said so: never silently.
+        let d = decided(&mut client, &what, f.clone()).await;
+        assert!(has_warning(&d, "timestamp_out_of_range:"), "{what}: {:?}", d.warnings);
         // And the same in the dependency's own contract.
         f.deadline = None;
         f.upstream = Some(pb::RetryContract {
@@ -280,7 +287,12 @@ async fn deadlines_past_far_future_and_out_of_range_timestamps() {
             deadline: Some(Timestamp { seconds, nanos }),
             ..Default::default()
         });
-        decided(&mut client, &format!("upstream {what}"), f).await;
+        let d = decided(&mut client, &format!("upstream {what}"), f).await;
+        assert!(
+            has_warning(&d, "timestamp_out_of_range:"),
+            "upstream {what}: {:?}",
+            d.warnings
+        );
     }
 
     assert_alive(&server, "deadlines").await;

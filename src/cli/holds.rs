@@ -58,6 +58,9 @@ pub struct Filter {
     /// Only this tenant.
     #[arg(long, default_value = "")]
     pub tenant: String,
+    /// `text` (a line per hold) or `json` (a JSON object per line).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
 }
 
 /// `retryd holds …`.
@@ -68,12 +71,9 @@ pub enum HoldsCommand {
         /// The server.
         #[command(flatten)]
         conn: Connection,
-        /// Which holds.
+        /// Which holds, and how to print them.
         #[command(flatten)]
         filter: Filter,
-        /// `text` (a line per hold) or `json` (a JSON object per line).
-        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-        format: String,
     },
     /// Lift a hold now (operators only: `--token-file` or an operator's client certificate).
     Release {
@@ -89,12 +89,9 @@ pub enum HoldsCommand {
         /// The server.
         #[command(flatten)]
         conn: Connection,
-        /// Which holds.
+        /// Which holds, and how to print them.
         #[command(flatten)]
         filter: Filter,
-        /// `text` or `json`.
-        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-        format: String,
     },
 }
 
@@ -138,7 +135,7 @@ async fn execute(cmd: HoldsCommand) -> u8 {
         EXIT_FAILED
     };
     match cmd {
-        HoldsCommand::List { filter, format, .. } => {
+        HoldsCommand::List { filter, .. } => {
             let mut page_token = String::new();
             loop {
                 let req = authorized(
@@ -157,7 +154,7 @@ async fn execute(cmd: HoldsCommand) -> u8 {
                     Err(_) => return failed(tonic::Status::deadline_exceeded("no answer in time")),
                 };
                 for h in &resp.holds {
-                    println!("{}", render(None, h, &format));
+                    println!("{}", render(None, h, &filter.format));
                 }
                 if resp.next_page_token.is_empty() {
                     return 0;
@@ -182,12 +179,12 @@ async fn execute(cmd: HoldsCommand) -> u8 {
                 Err(_) => failed(tonic::Status::deadline_exceeded("no answer in time")),
             }
         }
-        HoldsCommand::Watch { filter, format, .. } => {
+        HoldsCommand::Watch { filter, .. } => {
             let req = authorized(
                 pb::WatchHoldsRequest {
-                    catalog: filter.catalog,
-                    dependency: filter.dependency,
-                    tenant: filter.tenant,
+                    catalog: filter.catalog.clone(),
+                    dependency: filter.dependency.clone(),
+                    tenant: filter.tenant.clone(),
                 },
                 token.as_deref(),
             );
@@ -199,7 +196,7 @@ async fn execute(cmd: HoldsCommand) -> u8 {
                 match ev {
                     Ok(ev) => {
                         if let Some(h) = &ev.hold {
-                            println!("{}", render(Some(ev.kind()), h, &format));
+                            println!("{}", render(Some(ev.kind()), h, &filter.format));
                         }
                     }
                     Err(s) => return failed(s),

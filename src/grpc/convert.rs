@@ -184,6 +184,12 @@ pub fn millis_from_timestamp(t: &Timestamp) -> UnixMillis {
     UnixMillis::from_seconds_nanos(t.seconds, t.nanos)
 }
 
+/// Whether `t` is a valid `google.protobuf.Timestamp`: 0001-01-01 to
+/// 9999-12-31, nanos in `0..1e9`.
+pub fn timestamp_in_range(t: &Timestamp) -> bool {
+    (-62_135_596_800..=253_402_300_799).contains(&t.seconds) && (0..1_000_000_000).contains(&t.nanos)
+}
+
 /// [`UnixMillis`] as a protobuf `Timestamp`.
 /// Clamped to the range `google.protobuf.Timestamp` allows (0001-01-01 to
 /// 9999-12-31), so protojson tools can always print the answer.

@@ -471,7 +471,22 @@ fn decide_failure<'a>(
     let unknown_catalog = |e: DecideError| match e {
         DecideError::UnknownCatalog { .. } => Violation::new(name("catalog"), e.to_string()),
     };
-    let d = decide(policy, &f, now).map_err(unknown_catalog)?;
+    let mut d = decide(policy, &f, now).map_err(unknown_catalog)?;
+    // A Timestamp outside 0001-01-01..9999-12-31 (or with bad nanos) is
+    // clamped on the way in and out: say so rather than clamp silently.
+    let stamps = [failure.deadline.as_ref(), failure.quota_resets_at.as_ref()];
+    let out_of_range = stamps
+        .into_iter()
+        .flatten()
+        .any(|t| !super::convert::timestamp_in_range(t))
+        || failure
+            .upstream
+            .as_ref()
+            .and_then(|u| u.deadline.as_ref())
+            .is_some_and(|t| !super::convert::timestamp_in_range(t));
+    if out_of_range {
+        d.warnings.add(Warning::TimestampOutOfRange);
+    }
     let Some(fleet) = ctx.fleet else {
         return Ok((d, None, None));
     };
@@ -494,6 +509,9 @@ fn decide_failure<'a>(
     let (mut d, budget) = budgets::apply(policy, fleet, &f, d, hold_floor, now).map_err(unknown_catalog)?;
     if rate_limited {
         d.warnings.add(Warning::HoldRateLimited);
+    }
+    if out_of_range {
+        d.warnings.add(Warning::TimestampOutOfRange);
     }
     Ok((d, hold, budget))
 }

@@ -63,6 +63,8 @@ pub enum Call {
     Batch,
     /// `grpc.health.v1.Health/Check` (the floor: the server does no work).
     Health,
+    /// `retryd.v1.RetryDecisionService/Admit` ("may I call now?").
+    Admit,
 }
 
 impl Call {
@@ -72,6 +74,7 @@ impl Call {
             Call::Classify => "classify",
             Call::Batch => "batch",
             Call::Health => "health",
+            Call::Admit => "admit",
         }
     }
 }

@@ -216,6 +216,12 @@ impl Pool {
                         .collect(),
                 )
             }
+            Call::Admit => (
+                "/retryd.v1.RetryDecisionService/Admit",
+                (0..u64::from(args.pool))
+                    .map(|_| Bytes::from(workload::admit_request(&mut rng).encode_to_vec()))
+                    .collect(),
+            ),
             Call::Health => (
                 "/grpc.health.v1.Health/Check",
                 vec![Bytes::from(
@@ -403,6 +409,11 @@ async fn call(grpc: &mut Grpc<Channel>, pool: &Pool, body: Bytes, timeout: Durat
                     decisions: decided,
                     item_errors: u64::from(s.errors),
                 })
+            }
+            Call::Admit => {
+                grpc.unary(request, path, RawCodec::<pb::AdmitResponse>::default())
+                    .await?;
+                Ok(Decided::default())
             }
             Call::Health => {
                 grpc.unary(

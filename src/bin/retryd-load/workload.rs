@@ -187,7 +187,27 @@ pub fn failure(rng: &mut Rng, n: u64) -> pb::Failure {
         },
         request_id: format!("req-{n:010}"),
         tenant: format!("tenant-{}", rng.below(50)),
+        // Most callers name the instance they called, so the failures that
+        // place fleet holds (a 429 with a Retry-After, a quota stop) do.
+        dependency: if rng.chance(80) {
+            format!("portal-{}.example", rng.below(20))
+        } else {
+            String::new()
+        },
         ..pb::Failure::default()
+    }
+}
+
+/// An Admit of the mix: "may I call now?" before a first attempt.
+pub fn admit_request(rng: &mut Rng) -> pb::AdmitRequest {
+    let catalog = *rng.weighted(CATALOGS);
+    pb::AdmitRequest {
+        catalog: catalog.to_owned(),
+        dependency: format!("portal-{}.example", rng.below(20)),
+        tenant: format!("tenant-{}", rng.below(50)),
+        method: (*rng.pick(METHODS)).to_owned(),
+        operation: pb::OperationKind::Unspecified as i32,
+        attempt: 1,
     }
 }
 
