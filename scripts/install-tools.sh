@@ -14,6 +14,12 @@
 #   - examples/node/node_modules (npm ci)
 #   - scripts/tools/node_modules: @bufbuild/buf (npm ci); run it as scripts/buf.sh
 #   - the Go example's modules (go mod download)
+#   - clients/python/.venv with clients/python/constraints.txt and the
+#     retryd package itself (pip install ./clients/python)
+#   - clients/go's modules (go mod download)
+#   - clients/node/node_modules (npm ci; the package is built by clients/conformance/run.sh)
+#   - clients/java's Maven dependencies and plugins, protoc and protoc-gen-grpc-java
+#     (mvn test-compile; needs Java 17+ and Maven)
 # Callers must have $(go env GOPATH)/bin on PATH (printed at the end; also
 # appended to $GITHUB_PATH when that is set). polyglot-check.sh adds it itself.
 
@@ -85,9 +91,22 @@ _retryd_install_tools() {
   timeout 900 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -r "$root/examples/python/requirements.txt"
 
+  # --- Python client library (clients/python) --------------------------------
+  local cvenv="$root/clients/python/.venv"
+  if [[ ! -x "$cvenv/bin/python" ]]; then
+    python3 -m venv "$cvenv"
+  fi
+  echo "install-tools: pip install ./clients/python (-c clients/python/constraints.txt) into clients/python/.venv"
+  timeout 900 "$cvenv/bin/python" -m pip install -q --disable-pip-version-check \
+    -c "$root/clients/python/constraints.txt" grpcio protobuf googleapis-common-protos setuptools
+  # --no-build-isolation: build with the pinned setuptools just installed;
+  # the copy installed is what `pip install ./clients/python` gives a user.
+  (cd "$root/clients/python" && timeout 900 "$cvenv/bin/python" -m pip install -q --disable-pip-version-check \
+    --no-deps --no-build-isolation --force-reinstall . && rm -rf build src/*.egg-info)
+
   # --- npm packages (lockfiles committed; npm ci only when the lock changed) ---
   local dir stamp want
-  for dir in examples/node scripts/tools; do
+  for dir in examples/node scripts/tools clients/node; do
     stamp="$root/$dir/node_modules/.retryd-lock-sha256"
     want="$(sha256sum "$root/$dir/package-lock.json" | cut -d' ' -f1)"
     if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
@@ -102,6 +121,17 @@ _retryd_install_tools() {
   # --- Go example's modules -------------------------------------------------
   echo "install-tools: go mod download in examples/go"
   (cd "$root/examples/go" && timeout 900 go mod download)
+  echo "install-tools: go mod download in clients/go"
+  (cd "$root/clients/go" && timeout 900 go mod download)
+
+  # --- Java client library's artifacts (versions fixed in clients/java/pom.xml) ---
+  if command -v mvn >/dev/null 2>&1; then
+    echo "install-tools: mvn test-compile in clients/java (downloads the pinned artifacts)"
+    (cd "$root/clients/java" && timeout 900 mvn -q -B test-compile dependency:build-classpath \
+      -Dmdep.outputFile=target/classpath.txt)
+  else
+    echo "install-tools: no mvn: clients/java is not prepared (apt-get install maven)" >&2
+  fi
 
   # --- summary ------------------------------------------------------------
   echo "install-tools: installed:"

@@ -191,7 +191,11 @@ async fn redis_budget_bounds_retries_across_both_replicas() {
     assert!(last.is_some());
     // Once both replicas' counts are flushed, one more failure sees them all.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let last = classify(&mut clients[0], retry("vibecode", "BITRIX_TIMEOUT", "portal-budget", "")).await;
+    let last = classify(
+        &mut clients[0],
+        retry("vibecode", "BITRIX_TIMEOUT", "portal-budget", ""),
+    )
+    .await;
     assert!(deferred(&last), "{last:?}");
     let r = last.retry.as_ref().expect("contract");
     assert!(

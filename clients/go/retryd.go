@@ -1,0 +1,538 @@
+// Package retryd runs calls to a dependency under retryd's retry loop:
+// Admit before each attempt, the call, batched success reports, Classify of
+// each failure, waits, read-backs before resending a write, the caller's
+// context as deadline and cancel, and a conservative fallback when retryd is
+// unreachable or slow.
+//
+//	c, _ := retryd.New("localhost:50051", retryd.WithCatalog("vibecode"), retryd.WithDependency("portal-1"))
+//	defer c.Close()
+//	id, err := retryd.Do(ctx, c, addDeal, retryd.Call[string]{Operation: retryd.Write, Method: "crm.deal.add", ReadBack: findDeal})
+package retryd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/retryd/retryd/examples/go/retrydv1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Operation says whether a call reads or writes.
+type Operation int
+
+const (
+	// Unspecified lets retryd infer it from the method (the fallback treats it as a write).
+	Unspecified Operation = iota
+	// Read does not change data.
+	Read
+	// Write creates, changes, deletes or sends something.
+	Write
+)
+
+func (o Operation) pb() pb.OperationKind {
+	switch o {
+	case Read:
+		return pb.OperationKind_OPERATION_KIND_READ
+	case Write:
+		return pb.OperationKind_OPERATION_KIND_WRITE
+	}
+	return pb.OperationKind_OPERATION_KIND_UNSPECIFIED
+}
+
+// Fallback is what the client does when retryd is unreachable or slow:
+// reads (and writes whose idempotency key the dependency enforces) get capped
+// exponential backoff with full jitter, at most MaxAttempts in all; other
+// writes are never resent.
+type Fallback struct {
+	MaxAttempts int
+	Base, Cap   time.Duration
+}
+
+// DefaultFallback: 3 attempts, 100 ms base, 2 s cap.
+var DefaultFallback = Fallback{MaxAttempts: 3, Base: 100 * time.Millisecond, Cap: 2 * time.Second}
+
+// Event is one step of the loop, for logs and traces.
+type Event struct {
+	// Kind: "admit_refused", "decision", "wait", "read_back", "fallback", "success".
+	Kind     string
+	Attempt  int
+	Decision *Decision
+	Hold     *Hold
+	Wait     time.Duration
+	Detail   string
+}
+
+// Sleeper waits d or until ctx ends (then it returns ctx.Err()).
+type Sleeper func(ctx context.Context, d time.Duration) error
+
+// SleepContext is the default Sleeper.
+func SleepContext(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type options struct {
+	catalog, dependency, tenant, locale  string
+	timeout, connectTimeout, reportEvery time.Duration
+	creds                                credentials.TransportCredentials
+	sleep                                Sleeper
+	fallback                             Fallback
+	hook                                 func(Event)
+	logger                               *slog.Logger
+	dialOpts                             []grpc.DialOption
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithCatalog names the catalog failures are judged by (default: the server's).
+func WithCatalog(s string) Option { return func(o *options) { o.catalog = s } }
+
+// WithDependency names the dependency instance (a portal, a host): the key of fleet holds.
+func WithDependency(s string) Option { return func(o *options) { o.dependency = s } }
+
+// WithTenant names the caller's tenant.
+func WithTenant(s string) Option { return func(o *options) { o.tenant = s } }
+
+// WithLocale sets the language of decisions' reasons ("en", "ru").
+func WithLocale(s string) Option { return func(o *options) { o.locale = s } }
+
+// WithTimeout bounds each RPC to retryd once connected (default 50 ms).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithConnectTimeout bounds the eager connect in New (default 1 s; 0: connect lazily).
+func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.connectTimeout = d } }
+
+// WithTransportCredentials uses TLS or mTLS (see TLSFromEnv).
+func WithTransportCredentials(c credentials.TransportCredentials) Option {
+	return func(o *options) { o.creds = c }
+}
+
+// WithSleeper replaces the wait between attempts (tests record waits instead of sleeping).
+func WithSleeper(s Sleeper) Option { return func(o *options) { o.sleep = s } }
+
+// WithFallback replaces DefaultFallback.
+func WithFallback(f Fallback) Option { return func(o *options) { o.fallback = f } }
+
+// WithHook is called with every Event of every call.
+func WithHook(h func(Event)) Option { return func(o *options) { o.hook = h } }
+
+// WithLogger logs fallbacks at warn and other events at debug (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithReportInterval sets how often outcome counts are sent (default 1 s).
+func WithReportInterval(d time.Duration) Option { return func(o *options) { o.reportEvery = d } }
+
+// WithDialOptions adds grpc dial options.
+func WithDialOptions(d ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, d...) }
+}
+
+// Client runs calls under the loop. Safe for concurrent use.
+type Client struct {
+	o         options
+	conn      *grpc.ClientConn
+	stub      pb.RetryDecisionServiceClient
+	fallbacks atomic.Uint64
+	counts    *counts
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// New connects to retryd at address ("host:port"). Connecting eagerly is
+// bounded by the connect timeout; an unreachable retryd is not an error:
+// calls then use the fallback until it answers.
+func New(address string, opts ...Option) (*Client, error) {
+	o := options{timeout: 50 * time.Millisecond, connectTimeout: time.Second, reportEvery: time.Second,
+		sleep: SleepContext, fallback: DefaultFallback, logger: slog.Default()}
+	for _, f := range opts {
+		f(&o)
+	}
+	creds := o.creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(address, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, o.dialOpts...)...)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{o: o, conn: conn, stub: pb.NewRetryDecisionServiceClient(conn), counts: newCounts(),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if o.connectTimeout > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), o.connectTimeout)
+		conn.Connect()
+		for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
+			if !conn.WaitForStateChange(ctx, s) {
+				o.logger.Warn("retryd: not reachable yet; calls use the fallback until it is", "address", address)
+				break
+			}
+		}
+		cancel()
+	}
+	go c.reporter()
+	return c, nil
+}
+
+// Fallbacks counts the times retryd was unreachable or slow and the client decided alone.
+func (c *Client) Fallbacks() uint64 { return c.fallbacks.Load() }
+
+// Close sends the outcome counts not yet reported and closes the connection.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() { close(c.stop); <-c.done })
+	return c.conn.Close()
+}
+
+// Stub is the raw generated client, for Classify, ListHolds and the other RPCs by hand.
+func (c *Client) Stub() pb.RetryDecisionServiceClient { return c.stub }
+
+func (c *Client) reporter() {
+	defer close(c.done)
+	t := time.NewTicker(c.o.reportEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.flush(c.o.timeout)
+		case <-c.stop:
+			c.flush(time.Second)
+			return
+		}
+	}
+}
+
+func (c *Client) flush(timeout time.Duration) {
+	req := c.counts.take()
+	if req == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, _ = c.stub.ReportOutcomes(ctx, req)
+}
+
+func (c *Client) event(e Event) {
+	if e.Kind == "fallback" {
+		c.fallbacks.Add(1)
+		c.o.logger.Warn("retryd: conservative fallback", "detail", e.Detail, "attempt", e.Attempt)
+	} else {
+		c.o.logger.Debug("retryd", "event", e.Kind, "attempt", e.Attempt, "wait", e.Wait)
+	}
+	if c.o.hook != nil {
+		c.o.hook(e)
+	}
+}
+
+func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.o.timeout)
+}
+
+type scope struct{ catalog, dependency, tenant, method string }
+
+type counts struct {
+	mu sync.Mutex
+	m  map[scope]*pb.OutcomeCount
+}
+
+func newCounts() *counts { return &counts{m: map[scope]*pb.OutcomeCount{}} }
+
+func (k *counts) add(s scope, req, ok, fail uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c := k.m[s]
+	if c == nil {
+		c = &pb.OutcomeCount{Catalog: s.catalog, Dependency: s.dependency, Tenant: s.tenant, Method: s.method}
+		k.m[s] = c
+	}
+	c.Requests += req
+	c.Successes += ok
+	c.Failures += fail
+}
+
+func (k *counts) take() *pb.ReportOutcomesRequest {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.m) == 0 {
+		return nil
+	}
+	req := &pb.ReportOutcomesRequest{}
+	for s, c := range k.m {
+		if len(req.Counts) == 1000 {
+			break
+		}
+		req.Counts = append(req.Counts, c)
+		delete(k.m, s)
+	}
+	return req
+}
+
+// ErrInconclusive is returned by a ReadBack that cannot tell whether the effect is there.
+var ErrInconclusive = errors.New("retryd: read-back inconclusive")
+
+// Call describes one call: what it is and how to verify it.
+type Call[T any] struct {
+	Operation              Operation
+	Method                 string
+	IdempotencyKey         string
+	IdempotencyKeyEnforced bool
+	// ReadBack looks the write's effect up by a business key: (value, true, nil)
+	// when present (Do returns value without resending), (_, false, nil) when
+	// absent, ErrInconclusive when it cannot tell.
+	ReadBack func(ctx context.Context) (T, bool, error)
+	// ToFailure maps fn's error to a Failure (nil: not a dependency failure,
+	// returned untouched). Default: DefaultMapper.
+	ToFailure func(error) *Failure
+}
+
+// Do runs fn under the loop and returns its result (or a read-back's). The
+// context's deadline bounds everything; cancelling it stops at once.
+func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, error), call Call[T]) (T, error) {
+	var zero T
+	op := call.Operation.pb()
+	sc := scope{c.o.catalog, c.o.dependency, c.o.tenant, call.Method}
+	attempt := 1
+	mapper := call.ToFailure
+	if mapper == nil {
+		mapper = DefaultMapper
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	c.counts.add(sc, 1, 0, 0)
+	for {
+		// 1. Admit; retryd unreachable does not stop the call (fail open).
+		probe := ""
+		for {
+			if err := ctx.Err(); err != nil {
+				return zero, err
+			}
+			rctx, cancel := c.rpcCtx(ctx)
+			resp, err := c.stub.Admit(rctx, &pb.AdmitRequest{Catalog: c.o.catalog, Dependency: c.o.dependency,
+				Tenant: c.o.tenant, Method: call.Method, Operation: op, Attempt: uint32(attempt)})
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return zero, ctx.Err()
+				}
+				c.event(Event{Kind: "fallback", Attempt: attempt, Detail: "Admit failed: " + err.Error()})
+				break
+			}
+			if resp.Admitted {
+				probe = resp.ProbeToken
+				break
+			}
+			hold := holdOf(resp.Hold)
+			retryAt := time.Now().Add(time.Second)
+			if resp.RetryAt != nil {
+				retryAt = resp.RetryAt.AsTime()
+			}
+			wait := time.Until(retryAt) + 10*time.Millisecond
+			if wait < 0 {
+				wait = 0
+			}
+			c.event(Event{Kind: "admit_refused", Attempt: attempt, Hold: hold, Wait: wait})
+			if hasDeadline && time.Now().Add(wait).After(deadline) {
+				return zero, &RefusedError{Reason: RefusedHeld, Hold: hold}
+			}
+			c.event(Event{Kind: "wait", Attempt: attempt, Hold: hold, Wait: wait, Detail: "hold"})
+			if err := c.o.sleep(ctx, wait); err != nil {
+				return zero, err
+			}
+		}
+
+		// 2. The call.
+		v, err := fn(ctx)
+		if err == nil {
+			c.counts.add(sc, 0, 1, 0)
+			if probe != "" {
+				rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
+				_, _ = c.stub.ReportOutcomes(rctx, &pb.ReportOutcomesRequest{ProbeToken: probe, ProbeSucceeded: true})
+				cancel()
+			}
+			c.event(Event{Kind: "success", Attempt: attempt})
+			return v, nil
+		}
+		if ctx.Err() != nil {
+			return zero, err
+		}
+
+		// 3. Map the failure.
+		f := mapper(err)
+		if f == nil {
+			c.counts.add(sc, 0, 0, 1)
+			return zero, err
+		}
+		failure := f.proto(c, call.Method, call.IdempotencyKey, call.IdempotencyKeyEnforced, op, attempt, probe)
+		if hasDeadline {
+			failure.Deadline = timestamppb.New(deadline)
+		}
+
+		// 4. Classify and act; a read-back's answer goes in a second Classify.
+		var readBackValue T
+		var wait time.Duration
+		for {
+			rctx, cancel := c.rpcCtx(ctx)
+			resp, rerr := c.stub.Classify(rctx, &pb.ClassifyRequest{Failure: failure, Locale: c.o.locale})
+			cancel()
+			if rerr != nil {
+				if ctx.Err() != nil {
+					return zero, ctx.Err()
+				}
+				w, ok := c.fallbackWait(failure, attempt)
+				c.event(Event{Kind: "fallback", Attempt: attempt, Wait: w, Detail: "Classify failed: " + rerr.Error()})
+				if !ok {
+					kind := "write"
+					if failure.Operation == pb.OperationKind_OPERATION_KIND_READ {
+						kind = "read"
+					}
+					d := &Decision{Verdict: "DO_NOT_RETRY", Rule: "client_fallback/" + kind,
+						Reason: "retryd unavailable (" + rerr.Error() + "); the conservative fallback does not retry this " + kind}
+					return zero, &RefusedError{Reason: RefusedFallback, Decision: d, Err: err}
+				}
+				wait = w
+				break
+			}
+			d := decisionOf(resp.Decision)
+			c.event(Event{Kind: "decision", Attempt: attempt, Decision: d})
+			if d.Verdict == "ALREADY_APPLIED" {
+				return readBackValue, nil
+			}
+			if d.Verdict == "STATE_VERIFICATION_REQUIRED" && call.ReadBack != nil &&
+				failure.ReadBack == pb.ReadBack_READ_BACK_UNSPECIFIED {
+				rv, present, rbErr := call.ReadBack(ctx)
+				switch {
+				case errors.Is(rbErr, ErrInconclusive):
+					failure.ReadBack = pb.ReadBack_READ_BACK_INCONCLUSIVE
+				case rbErr != nil:
+					return zero, rbErr
+				case present:
+					failure.ReadBack = pb.ReadBack_READ_BACK_EFFECT_PRESENT
+					readBackValue = rv
+				default:
+					failure.ReadBack = pb.ReadBack_READ_BACK_EFFECT_ABSENT
+				}
+				c.event(Event{Kind: "read_back", Attempt: attempt, Detail: failure.ReadBack.String()})
+				continue
+			}
+			if d.Verdict != "RETRY_WITH_LIMIT" {
+				return zero, &RefusedError{Reason: RefusedVerdict, Decision: d, Err: err}
+			}
+			lo, hi := d.AfterMs, d.MaxAfterMs
+			if hi < lo {
+				hi = lo
+			}
+			wait = time.Duration(lo)*time.Millisecond + time.Duration(rand.Int64N(int64(hi-lo)*int64(time.Millisecond)+1))
+			break
+		}
+		if hasDeadline && time.Now().Add(wait).After(deadline) {
+			return zero, &RefusedError{Reason: RefusedDeadline, Err: err}
+		}
+		c.event(Event{Kind: "wait", Attempt: attempt, Wait: wait})
+		if serr := c.o.sleep(ctx, wait); serr != nil {
+			return zero, serr
+		}
+		attempt++
+	}
+}
+
+func (c *Client) fallbackWait(f *pb.Failure, attempt int) (time.Duration, bool) {
+	may := f.Operation == pb.OperationKind_OPERATION_KIND_READ || f.IdempotencyKeyEnforced
+	if !may || attempt >= c.o.fallback.MaxAttempts {
+		return 0, false
+	}
+	top := c.o.fallback.Base << (attempt - 1)
+	if top > c.o.fallback.Cap || top <= 0 {
+		top = c.o.fallback.Cap
+	}
+	return time.Duration(rand.Int64N(int64(top) + 1)), true
+}
+
+// RefusedReason says why Do stopped without a result.
+type RefusedReason int
+
+const (
+	// RefusedVerdict: retryd's decision (Decision.Verdict) said stop.
+	RefusedVerdict RefusedReason = iota
+	// RefusedHeld: a fleet hold refuses the call past the context's deadline.
+	RefusedHeld
+	// RefusedDeadline: the next attempt would pass the context's deadline.
+	RefusedDeadline
+	// RefusedFallback: retryd was unreachable and the fallback does not retry.
+	RefusedFallback
+)
+
+// RefusedError is Do's error when the loop stops: the whole Decision (or
+// the client's own for a fallback), the Hold when held, and the dependency's
+// last error (Unwrap).
+type RefusedError struct {
+	Reason   RefusedReason
+	Decision *Decision
+	Hold     *Hold
+	Err      error
+}
+
+func (e *RefusedError) Error() string {
+	switch e.Reason {
+	case RefusedHeld:
+		if e.Hold != nil {
+			return fmt.Sprintf("retryd: held until %s: %s", e.Hold.Until.Format(time.RFC3339), e.Hold.Reason)
+		}
+		return "retryd: held"
+	case RefusedDeadline:
+		return fmt.Sprintf("retryd: the next attempt would pass the deadline: %v", e.Err)
+	}
+	return fmt.Sprintf("retryd: %s (%s): %v", e.Decision.Verdict, e.Decision.Reason, e.Err)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Decision is retryd's answer for one failure.
+type Decision struct {
+	Verdict                                         string // RETRY_WITH_LIMIT, STATE_VERIFICATION_REQUIRED, FIX_BEFORE_RETRY, DO_NOT_RETRY, ALREADY_APPLIED
+	Reason, Rule, RequiredTransition, TerminalState string
+	AfterMs, MaxAfterMs                             uint64
+	Hold                                            *Hold
+	Raw                                             *pb.Decision
+}
+
+// Hold is a fleet hold: do not call this scope until Until.
+type Hold struct {
+	ID, Catalog, Dependency, Tenant, Method, Scope, Kind, Code, Rule, Reason string
+	Until                                                                    time.Time
+}
+
+func holdOf(h *pb.Hold) *Hold {
+	if h == nil || h.Id == "" {
+		return nil
+	}
+	return &Hold{ID: h.Id, Catalog: h.Catalog, Dependency: h.Dependency, Tenant: h.Tenant, Method: h.Method,
+		Scope: trim(h.Scope.String(), "SCOPE_"), Kind: trim(h.Kind.String(), "HOLD_KIND_"), Code: h.Code,
+		Rule: h.Rule, Reason: h.Reason, Until: h.Until.AsTime()}
+}
+
+func decisionOf(d *pb.Decision) *Decision {
+	return &Decision{Verdict: trim(d.Verdict.String(), "VERDICT_"), Reason: d.Reason, Rule: d.Rule,
+		RequiredTransition: d.RequiredTransition, TerminalState: d.TerminalState,
+		AfterMs: d.GetRetry().GetAfterMs(), MaxAfterMs: d.GetRetry().GetMaxAfterMs(), Hold: holdOf(d.Hold), Raw: d}
+}
+
+func trim(s, prefix string) string {
+	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):]
+	}
+	return s
+}

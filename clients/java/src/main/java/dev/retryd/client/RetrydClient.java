@@ -1,0 +1,371 @@
+package dev.retryd.client;
+
+import com.google.protobuf.Timestamp;
+import dev.retryd.v1.AdmitRequest;
+import dev.retryd.v1.AdmitResponse;
+import dev.retryd.v1.ClassifyRequest;
+import dev.retryd.v1.OperationKind;
+import dev.retryd.v1.OutcomeCount;
+import dev.retryd.v1.ReadBack;
+import dev.retryd.v1.ReportOutcomesRequest;
+import dev.retryd.v1.RetryDecisionServiceGrpc;
+import io.grpc.ConnectivityState;
+import io.grpc.ManagedChannel;
+import io.grpc.StatusRuntimeException;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.Callable;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Consumer;
+import java.util.function.Function;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * Runs calls to a dependency under retryd's retry loop, blocking: Admit before each attempt, the call, batched
+ * success reports, Classify of each failure, waits, a read-back before a write is resent, the call's deadline, and
+ * a conservative fallback when retryd is unreachable or slow. Interrupting the calling thread stops at once.
+ */
+public final class RetrydClient implements AutoCloseable {
+  private static final Logger LOG = Logger.getLogger("dev.retryd.client");
+
+  /** Waits a duration (tests record waits instead of sleeping). */
+  @FunctionalInterface
+  public interface Sleeper {
+    void sleep(Duration d) throws InterruptedException;
+  }
+
+  /** What a read-back found: present (with the value the call returns), absent, or inconclusive. */
+  public record ReadBackResult<T>(ReadBack state, T value) {
+    public static <T> ReadBackResult<T> present(T value) { return new ReadBackResult<>(ReadBack.READ_BACK_EFFECT_PRESENT, value); }
+    public static <T> ReadBackResult<T> absent() { return new ReadBackResult<>(ReadBack.READ_BACK_EFFECT_ABSENT, null); }
+    public static <T> ReadBackResult<T> inconclusive() { return new ReadBackResult<>(ReadBack.READ_BACK_INCONCLUSIVE, null); }
+  }
+
+  /** One step of the loop, for logs and traces. */
+  public record Event(String kind, int attempt, Decision decision, Duration waitTime, String detail) {}
+
+  /** Reads (and writes whose key the dependency enforces) back off, at most maxAttempts; other writes never resend. */
+  public record Fallback(int maxAttempts, Duration base, Duration cap) {
+    public static final Fallback DEFAULT = new Fallback(3, Duration.ofMillis(100), Duration.ofSeconds(2));
+  }
+
+  /** One call's options. */
+  public static final class Call<T> {
+    OperationKind operation = OperationKind.OPERATION_KIND_UNSPECIFIED;
+    String method = "";
+    String idempotencyKey = "";
+    boolean idempotencyKeyEnforced;
+    Callable<ReadBackResult<T>> readBack;
+    Function<Throwable, Failure> toFailure = Mappers::defaultMapper;
+    Instant deadline;
+
+    public static <T> Call<T> read(String method) { Call<T> c = new Call<>(); c.operation = OperationKind.OPERATION_KIND_READ; c.method = method; return c; }
+    public static <T> Call<T> write(String method) { Call<T> c = new Call<>(); c.operation = OperationKind.OPERATION_KIND_WRITE; c.method = method; return c; }
+    public Call<T> idempotencyKey(String key, boolean enforced) { idempotencyKey = key; idempotencyKeyEnforced = enforced; return this; }
+    public Call<T> readBack(Callable<ReadBackResult<T>> f) { readBack = f; return this; }
+    public Call<T> toFailure(Function<Throwable, Failure> f) { toFailure = f; return this; }
+    public Call<T> deadline(Instant at) { deadline = at; return this; }
+    public Call<T> timeout(Duration d) { deadline = Instant.now().plus(d); return this; }
+  }
+
+  /** Builds a client. */
+  public static final class Builder {
+    private final String address;
+    private String catalog = "", dependency = "", tenant = "", locale = "";
+    private Duration timeout = Duration.ofMillis(50), connectTimeout = Duration.ofSeconds(1), reportInterval = Duration.ofSeconds(1);
+    private Sleeper sleeper = d -> Thread.sleep(d.toMillis(), d.toNanosPart() % 1_000_000);
+    private Fallback fallback = Fallback.DEFAULT;
+    private Consumer<Event> hook = e -> { };
+    private ManagedChannel channel;
+
+    Builder(String address) { this.address = address; }
+    public Builder catalog(String s) { catalog = s; return this; }
+    public Builder dependency(String s) { dependency = s; return this; }
+    public Builder tenant(String s) { tenant = s; return this; }
+    public Builder locale(String s) { locale = s; return this; }
+    /** Bound on each RPC once connected (default 50 ms). */
+    public Builder timeout(Duration d) { timeout = d; return this; }
+    /** Bound on the eager connect (default 1 s). */
+    public Builder connectTimeout(Duration d) { connectTimeout = d; return this; }
+    public Builder reportInterval(Duration d) { reportInterval = d; return this; }
+    public Builder sleeper(Sleeper s) { sleeper = s; return this; }
+    public Builder fallback(Fallback f) { fallback = f; return this; }
+    public Builder hook(Consumer<Event> h) { hook = h; return this; }
+    /** A channel of your own (TLS/mTLS: NettyChannelBuilder with sslContext). */
+    public Builder channel(ManagedChannel ch) { channel = ch; return this; }
+
+    public RetrydClient build() {
+      ManagedChannel ch = channel != null ? channel : NettyChannelBuilder.forTarget(address).usePlaintext().build();
+      return new RetrydClient(this, ch);
+    }
+  }
+
+  public static Builder builder(String address) { return new Builder(address); }
+
+  private final Builder o;
+  private final ManagedChannel channel;
+  private final RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub;
+  private final AtomicLong fallbacks = new AtomicLong();
+  private final Map<List<String>, long[]> counts = new HashMap<>();
+  private final Thread reporter;
+
+  private RetrydClient(Builder o, ManagedChannel channel) {
+    this.o = o;
+    this.channel = channel;
+    this.stub = RetryDecisionServiceGrpc.newBlockingStub(channel);
+    // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
+    long until = System.nanoTime() + o.connectTimeout.toNanos();
+    while (channel.getState(true) != ConnectivityState.READY && System.nanoTime() < until) {
+      try {
+        Thread.sleep(5);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        break;
+      }
+    }
+    // Warm up: a cold JVM loads grpc's classes on the first RPC, which alone can take longer than the 50 ms
+    // per-RPC timeout; one Admit within the connect timeout does it here instead of in the first call.
+    if (channel.getState(false) == ConnectivityState.READY) {
+      try {
+        stub.withDeadlineAfter(o.connectTimeout.toMillis(), TimeUnit.MILLISECONDS)
+            .admit(AdmitRequest.newBuilder().setCatalog(o.catalog).build());
+      } catch (StatusRuntimeException ignored) {
+        // only the warm-up
+      }
+    }
+    reporter = new Thread(() -> {
+      try {
+        while (!Thread.currentThread().isInterrupted()) {
+          Thread.sleep(o.reportInterval.toMillis());
+          flush(o.timeout);
+        }
+      } catch (InterruptedException ignored) {
+        // closing
+      }
+    }, "retryd-report");
+    reporter.setDaemon(true);
+    reporter.start();
+  }
+
+  /** Times retryd was unreachable or slow and the client decided alone. */
+  public long fallbacks() { return fallbacks.get(); }
+
+  /** The generated blocking stub, for the RPCs by hand. */
+  public RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub() { return stub; }
+
+  /** Sends the outcome counts not yet reported and closes the channel. */
+  @Override
+  public void close() {
+    reporter.interrupt();
+    flush(Duration.ofSeconds(1));
+    channel.shutdown();
+  }
+
+  private void count(String method, int i) {
+    synchronized (counts) {
+      counts.computeIfAbsent(List.of(o.catalog, o.dependency, o.tenant, method), k -> new long[3])[i]++;
+    }
+  }
+
+  private void flush(Duration timeout) {
+    ReportOutcomesRequest.Builder req = ReportOutcomesRequest.newBuilder();
+    synchronized (counts) {
+      for (Map.Entry<List<String>, long[]> e : counts.entrySet()) {
+        List<String> k = e.getKey();
+        long[] c = e.getValue();
+        req.addCounts(OutcomeCount.newBuilder().setCatalog(k.get(0)).setDependency(k.get(1)).setTenant(k.get(2))
+            .setMethod(k.get(3)).setRequests(c[0]).setSuccesses(c[1]).setFailures(c[2]));
+      }
+      counts.clear();
+    }
+    if (req.getCountsCount() == 0) {
+      return;
+    }
+    try {
+      stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).reportOutcomes(req.build());
+    } catch (StatusRuntimeException ignored) {
+      // counts are advisory
+    }
+  }
+
+  private void event(Event e) {
+    if (e.kind().equals("fallback")) {
+      fallbacks.incrementAndGet();
+      LOG.log(Level.WARNING, "retryd: conservative fallback: {0}", e.detail());
+    }
+    o.hook.accept(e);
+  }
+
+  private long rpcMillis(Instant deadline) {
+    long t = o.timeout.toMillis();
+    if (deadline != null) {
+      t = Math.min(t, Duration.between(Instant.now(), deadline).toMillis());
+    }
+    return Math.max(1, t);
+  }
+
+  private static Timestamp ts(Instant i) {
+    return Timestamp.newBuilder().setSeconds(i.getEpochSecond()).setNanos(i.getNano()).build();
+  }
+
+  /**
+   * Runs {@code fn} under the loop and returns its result (or a read-back's).
+   *
+   * @throws RetryRefusedException when the loop stops (verdict, hold, deadline, fallback)
+   * @throws Exception an exception no mapper understands, untouched; InterruptedException when interrupted
+   */
+  public <T> T call(Call<T> call, Callable<T> fn) throws Exception {
+    Instant deadline = call.deadline;
+    int attempt = 1;
+    count(call.method, 0);
+    while (true) {
+      // 1. Admit; retryd unreachable does not stop the call (fail open).
+      String probe = "";
+      while (true) {
+        if (Thread.interrupted()) {
+          throw new InterruptedException();
+        }
+        if (deadline != null && !Instant.now().isBefore(deadline)) {
+          throw new RetryRefusedException(RetryRefusedException.Kind.DEADLINE, "deadline passed", null, null, null);
+        }
+        AdmitResponse r;
+        try {
+          r = stub.withDeadlineAfter(rpcMillis(deadline), TimeUnit.MILLISECONDS).admit(AdmitRequest.newBuilder()
+              .setCatalog(o.catalog).setDependency(o.dependency).setTenant(o.tenant).setMethod(call.method)
+              .setOperation(call.operation).setAttempt(attempt).build());
+        } catch (StatusRuntimeException e) {
+          event(new Event("fallback", attempt, null, Duration.ZERO, "Admit failed: " + e.getStatus()));
+          break;
+        }
+        if (r.getAdmitted()) {
+          probe = r.getProbeToken();
+          break;
+        }
+        Instant retryAt = r.hasRetryAt()
+            ? Instant.ofEpochSecond(r.getRetryAt().getSeconds(), r.getRetryAt().getNanos()) : Instant.now().plusSeconds(1);
+        Duration wait = Duration.between(Instant.now(), retryAt).plusMillis(10);
+        if (wait.isNegative()) {
+          wait = Duration.ZERO;
+        }
+        event(new Event("admit_refused", attempt, null, wait, r.getHold().getReason()));
+        if (deadline != null && Instant.now().plus(wait).isAfter(deadline)) {
+          throw new RetryRefusedException(RetryRefusedException.Kind.HELD, "held: " + r.getHold().getReason(), null,
+              r.hasHold() ? r.getHold() : null, null);
+        }
+        event(new Event("wait", attempt, null, wait, "hold"));
+        o.sleeper.sleep(wait);
+      }
+
+      // 2. The call.
+      Exception error;
+      try {
+        T v = fn.call();
+        count(call.method, 1);
+        if (!probe.isEmpty()) {
+          try {
+            stub.withDeadlineAfter(o.timeout.toMillis(), TimeUnit.MILLISECONDS).reportOutcomes(
+                ReportOutcomesRequest.newBuilder().setProbeToken(probe).setProbeSucceeded(true).build());
+          } catch (StatusRuntimeException ignored) {
+            // the probe's circuit re-probes
+          }
+        }
+        event(new Event("success", attempt, null, Duration.ZERO, ""));
+        return v;
+      } catch (InterruptedException e) {
+        throw e;
+      } catch (Exception e) {
+        error = e;
+      }
+
+      // 3. Map the failure.
+      Failure f = call.toFailure.apply(error);
+      if (f == null) {
+        count(call.method, 2);
+        throw error;
+      }
+      dev.retryd.v1.Failure.Builder failure = dev.retryd.v1.Failure.newBuilder()
+          .setCatalog(f.catalog() == null || f.catalog().isEmpty() ? o.catalog : f.catalog())
+          .setCode(f.code() == null ? "" : f.code()).setOperation(call.operation).setMethod(call.method)
+          .setAttempt(attempt).setRetryAfter(f.retryAfter() == null ? "" : f.retryAfter())
+          .setIdempotencyKey(call.idempotencyKey).setIdempotencyKeyEnforced(call.idempotencyKeyEnforced)
+          .setRequestId(f.requestId() == null ? "" : f.requestId()).setTenant(o.tenant).setDependency(o.dependency)
+          .setProbeToken(probe);
+      if (f.retryAfterMs() != null) {
+        failure.setRetryAfterMs(f.retryAfterMs());
+      }
+      if (f.quotaResetsAt() != null) {
+        failure.setQuotaResetsAt(ts(f.quotaResetsAt()));
+      }
+      if (deadline != null) {
+        failure.setDeadline(ts(deadline));
+      }
+
+      // 4. Classify and act; a read-back's answer goes in a second Classify.
+      T readBackValue = null;
+      Duration wait;
+      while (true) {
+        dev.retryd.v1.Decision raw;
+        try {
+          raw = stub.withDeadlineAfter(rpcMillis(deadline), TimeUnit.MILLISECONDS)
+              .classify(ClassifyRequest.newBuilder().setFailure(failure).setLocale(o.locale).build()).getDecision();
+        } catch (StatusRuntimeException e) {
+          if (deadline != null && !Instant.now().isBefore(deadline)) {
+            throw new RetryRefusedException(RetryRefusedException.Kind.DEADLINE, "the deadline passed while asking retryd", null, null, error);
+          }
+          boolean may = call.operation == OperationKind.OPERATION_KIND_READ || call.idempotencyKeyEnforced;
+          if (!may || attempt >= o.fallback.maxAttempts()) {
+            event(new Event("fallback", attempt, null, Duration.ZERO, "Classify failed: " + e.getStatus()));
+            String kind = call.operation == OperationKind.OPERATION_KIND_READ ? "read" : "write";
+            Decision d = new Decision("DO_NOT_RETRY", "retryd unavailable (" + e.getStatus()
+                + "); the conservative fallback does not retry this " + kind, "client_fallback/" + kind, "", "", 0, 0, null, null);
+            throw new RetryRefusedException(RetryRefusedException.Kind.FALLBACK, d.reason(), d, null, error);
+          }
+          long top = Math.min(o.fallback.cap().toNanos(), o.fallback.base().toNanos() << Math.min(attempt - 1, 20));
+          wait = Duration.ofNanos(ThreadLocalRandom.current().nextLong(top + 1));
+          event(new Event("fallback", attempt, null, wait, "Classify failed: " + e.getStatus()));
+          break;
+        }
+        Decision d = Decision.of(raw);
+        event(new Event("decision", attempt, d, Duration.ZERO, ""));
+        if (d.verdict().equals("ALREADY_APPLIED")) {
+          return readBackValue;
+        }
+        if (d.verdict().equals("STATE_VERIFICATION_REQUIRED") && call.readBack != null
+            && failure.getReadBack() == ReadBack.READ_BACK_UNSPECIFIED) {
+          ReadBackResult<T> rb = call.readBack.call();
+          failure.setReadBack(rb.state());
+          if (rb.state() == ReadBack.READ_BACK_EFFECT_PRESENT) {
+            readBackValue = rb.value();
+          }
+          event(new Event("read_back", attempt, null, Duration.ZERO, rb.state().name()));
+          continue;
+        }
+        if (!d.verdict().equals("RETRY_WITH_LIMIT")) {
+          throw new RetryRefusedException(RetryRefusedException.Kind.VERDICT,
+              d.verdict().toLowerCase() + ": " + d.reason(), d, null, error);
+        }
+        long hi = Math.max(d.afterMs(), d.maxAfterMs());
+        wait = Duration.ofMillis(d.afterMs() + ThreadLocalRandom.current().nextLong(hi - d.afterMs() + 1));
+        break;
+      }
+      if (deadline != null && Instant.now().plus(wait).isAfter(deadline)) {
+        throw new RetryRefusedException(RetryRefusedException.Kind.DEADLINE,
+            "the next attempt would pass the deadline", null, null, error);
+      }
+      event(new Event("wait", attempt, null, wait, ""));
+      o.sleeper.sleep(wait);
+      attempt++;
+    }
+  }
+
+  static Optional<String> env(String k) { return Optional.ofNullable(System.getenv(k)); }
+}

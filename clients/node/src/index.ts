@@ -1,0 +1,403 @@
+// @retryd/client: runs calls to a dependency under retryd's retry loop.
+// Admit before each attempt; the call; successes reported in batches; a
+// failure mapped to a Failure and classified; waits from the decision's
+// window; a read-back before a write is resent; a deadline and an
+// AbortSignal over everything; a conservative fallback when retryd is
+// unreachable or slow.
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import protobuf from "protobufjs";
+import { PROTOS } from "./proto.generated.js";
+
+export type Operation = "read" | "write";
+
+/** Failure fields a mapper knows; the rest come from the client and the call. */
+export interface FailureFields {
+  catalog?: string;
+  code: string;
+  retryAfter?: string;
+  retryAfterMs?: number;
+  requestId?: string;
+  quotaResetsAt?: Date;
+}
+
+export interface Hold {
+  id: string; catalog: string; dependency: string; tenant: string; method: string;
+  scope: string; kind: string; until?: Date; code: string; rule: string; reason: string;
+}
+
+/** retryd's answer for one failure. */
+export interface Decision {
+  verdict: "RETRY_WITH_LIMIT" | "STATE_VERIFICATION_REQUIRED" | "FIX_BEFORE_RETRY" | "DO_NOT_RETRY" | "ALREADY_APPLIED";
+  reason: string; rule: string; requiredTransition: string; terminalState: string;
+  afterMs: number; maxAfterMs: number; hold?: Hold; raw?: unknown;
+}
+
+export interface Event {
+  kind: "admit_refused" | "decision" | "wait" | "read_back" | "fallback" | "success";
+  attempt: number; decision?: Decision; hold?: Hold; waitMs?: number; detail?: string;
+}
+
+export interface Fallback { maxAttempts: number; baseMs: number; capMs: number }
+export const DEFAULT_FALLBACK: Fallback = { maxAttempts: 3, baseMs: 100, capMs: 2000 };
+
+export type Sleep = (ms: number, signal?: AbortSignal) => Promise<void>;
+
+export interface ClientOptions {
+  catalog?: string; dependency?: string; tenant?: string; locale?: string;
+  /** Per-RPC bound once connected (default 50 ms). */
+  timeoutMs?: number;
+  /** Bound on the eager connect (default 1000 ms). */
+  connectTimeoutMs?: number;
+  /** TLS/mTLS credentials (see tlsFromEnv); default insecure. */
+  credentials?: grpc.ChannelCredentials;
+  sleep?: Sleep;
+  fallback?: Fallback;
+  onEvent?: (e: Event) => void;
+  reportIntervalMs?: number;
+}
+
+export interface CallOptions<T> {
+  operation?: Operation;
+  method?: string;
+  idempotencyKey?: string;
+  idempotencyKeyEnforced?: boolean;
+  /** Resolves the effect (returned without resending), or null/undefined when absent; throws Inconclusive when it cannot tell. */
+  readBack?: () => Promise<T | null | undefined>;
+  /** Maps fn's error to Failure fields; undefined: rethrown untouched. Default: defaultMapper. */
+  toFailure?: (err: unknown) => FailureFields | undefined;
+  /** A Date, or milliseconds from now. */
+  deadline?: Date | number;
+  signal?: AbortSignal;
+}
+
+export class DependencyError extends Error {
+  constructor(public code: string, public opts: { retryAfter?: string; retryAfterMs?: number; catalog?: string } = {}) {
+    super(`dependency failed: ${code}`);
+  }
+}
+export class Inconclusive extends Error {}
+export class RetryRefused extends Error {
+  constructor(message: string, public decision?: Decision, public cause?: unknown) { super(message); }
+}
+export class FixBeforeRetry extends RetryRefused {}
+export class DoNotRetry extends RetryRefused {}
+export class VerificationRequired extends RetryRefused {}
+export class Held extends RetryRefused {
+  constructor(message: string, public hold?: Hold) { super(message); }
+}
+export class DeadlineExceeded extends RetryRefused {}
+export class RetrydUnavailable extends RetryRefused {}
+export class Cancelled extends Error {}
+
+function header(headers: unknown, name: string): string | undefined {
+  if (!headers) return undefined;
+  const h = headers as { get?: (n: string) => string | null };
+  if (typeof h.get === "function") return h.get(name) ?? undefined;
+  for (const [k, v] of Object.entries(headers as Record<string, unknown>)) {
+    if (k.toLowerCase() === name.toLowerCase()) return String(v);
+  }
+  return undefined;
+}
+
+/** An HTTP status and headers (a Headers object or a plain object): catalog "http". */
+export function fromHttp(status: number, headers?: unknown): FailureFields {
+  return { catalog: "http", code: String(status), retryAfter: header(headers, "retry-after"), requestId: header(headers, "x-request-id") };
+}
+
+/** The Vibecode / Bitrix24 JSON envelope ({"error":{"code":…}} or {"error":"CODE"}): catalog "vibecode". */
+export function fromEnvelope(body: unknown, headers?: unknown): FailureFields {
+  let b: any = body;
+  if (typeof b === "string") { try { b = JSON.parse(b); } catch { b = undefined; } }
+  let code = "";
+  if (b && typeof b === "object") {
+    if (typeof b.error === "string") code = b.error;
+    else if (b.error && typeof b.error === "object" && typeof b.error.code === "string") code = b.error.code;
+  }
+  return { catalog: "vibecode", code, retryAfter: header(headers, "retry-after"), requestId: header(headers, "x-request-id") };
+}
+
+const GRPC_NAMES = Object.fromEntries(Object.entries(grpc.status).filter(([, v]) => typeof v === "number").map(([k, v]) => [v, k]));
+
+/** A grpc-js ServiceError: its status name (catalog "grpc"), RetryInfo or grpc-retry-pushback-ms as retryAfterMs. */
+export function fromGrpc(err: unknown): FailureFields | undefined {
+  const e = err as { code?: unknown; metadata?: grpc.Metadata };
+  if (typeof e?.code !== "number" || !(e.metadata instanceof grpc.Metadata)) return undefined;
+  const out: FailureFields = { catalog: "grpc", code: GRPC_NAMES[e.code] ?? String(e.code) };
+  const pushback = e.metadata.get("grpc-retry-pushback-ms")[0];
+  if (pushback !== undefined && /^\d+$/.test(String(pushback))) out.retryAfterMs = Number(pushback);
+  const bin = e.metadata.get("grpc-status-details-bin")[0];
+  if (bin instanceof Buffer) {
+    const ms = retryInfoMs(bin);
+    if (ms !== undefined) out.retryAfterMs = ms;
+  }
+  return out;
+}
+
+// google.rpc.Status{details: repeated Any} → google.rpc.RetryInfo{retry_delay: Duration}, decoded by hand.
+function retryInfoMs(bin: Uint8Array): number | undefined {
+  const r = protobuf.Reader.create(bin);
+  let found: number | undefined;
+  while (r.pos < r.len) {
+    const tag = r.uint32();
+    if (tag >>> 3 !== 3) { r.skipType(tag & 7); continue; }
+    const any = protobuf.Reader.create(r.bytes());
+    let typeUrl = "", value: Uint8Array | undefined;
+    while (any.pos < any.len) {
+      const t = any.uint32();
+      if (t >>> 3 === 1) typeUrl = any.string();
+      else if (t >>> 3 === 2) value = any.bytes();
+      else any.skipType(t & 7);
+    }
+    if (!typeUrl.endsWith("google.rpc.RetryInfo") || !value) continue;
+    const ri = protobuf.Reader.create(value);
+    while (ri.pos < ri.len) {
+      const t = ri.uint32();
+      if (t >>> 3 !== 1) { ri.skipType(t & 7); continue; }
+      const d = protobuf.Reader.create(ri.bytes());
+      let s = 0, n = 0;
+      while (d.pos < d.len) {
+        const dt = d.uint32();
+        if (dt >>> 3 === 1) s = Number(d.int64());
+        else if (dt >>> 3 === 2) n = d.int32();
+        else d.skipType(dt & 7);
+      }
+      found = s * 1000 + Math.floor(n / 1e6);
+    }
+  }
+  return found;
+}
+
+/** DependencyError, gRPC errors, then HTTP errors (err.status/statusCode or err.response.status, with headers). */
+export function defaultMapper(err: unknown): FailureFields | undefined {
+  if (err instanceof DependencyError) {
+    return { code: err.code, catalog: err.opts.catalog, retryAfter: err.opts.retryAfter, retryAfterMs: err.opts.retryAfterMs };
+  }
+  const g = fromGrpc(err);
+  if (g) return g;
+  const e = err as any;
+  const resp = e?.response;
+  const status = resp?.status ?? resp?.statusCode ?? e?.status ?? e?.statusCode;
+  if (typeof status === "number" && status >= 100 && status <= 599) return fromHttp(status, resp?.headers ?? e?.headers);
+  return undefined;
+}
+
+/** TLS from the examples' environment (RETRYD_TLS_CA turns it on; RETRYD_TLS_CLIENT_CERT/KEY for mTLS). */
+export async function tlsFromEnv(): Promise<grpc.ChannelCredentials | undefined> {
+  const ca = process.env.RETRYD_TLS_CA;
+  if (!ca) return undefined;
+  const { readFileSync } = await import("node:fs");
+  const cert = process.env.RETRYD_TLS_CLIENT_CERT, key = process.env.RETRYD_TLS_CLIENT_KEY;
+  return grpc.credentials.createSsl(readFileSync(ca), key ? readFileSync(key) : null, cert ? readFileSync(cert) : null);
+}
+
+let serviceCtor: grpc.ServiceClientConstructor | undefined;
+function service(): grpc.ServiceClientConstructor {
+  if (!serviceCtor) {
+    const root = new protobuf.Root();
+    for (const wk of ["google/protobuf/timestamp.proto", "google/protobuf/any.proto"]) {
+      root.addJSON((protobuf.common as any).get(wk).nested);
+    }
+    for (const [, text] of Object.entries(PROTOS)) protobuf.parse(text, root, { keepCase: true });
+    const def = protoLoader.fromJSON(root.toJSON(), { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true });
+    const pkg = grpc.loadPackageDefinition(def) as any;
+    serviceCtor = pkg.retryd.v1.RetryDecisionService as grpc.ServiceClientConstructor;
+  }
+  return serviceCtor;
+}
+
+const ts = (d: Date) => ({ seconds: Math.floor(d.getTime() / 1000), nanos: (d.getTime() % 1000) * 1e6 });
+const fromTs = (t: any): Date | undefined => (t && (t.seconds || t.nanos) ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : undefined);
+const strip = (s: string, p: string) => (s?.startsWith(p) ? s.slice(p.length) : s ?? "");
+
+function toHold(h: any): Hold | undefined {
+  if (!h?.id) return undefined;
+  return { id: h.id, catalog: h.catalog, dependency: h.dependency, tenant: h.tenant, method: h.method,
+    scope: strip(h.scope, "SCOPE_"), kind: strip(h.kind, "HOLD_KIND_"), until: fromTs(h.until), code: h.code, rule: h.rule, reason: h.reason };
+}
+
+function toDecision(d: any): Decision {
+  const r = d.retry ?? {};
+  return { verdict: strip(d.verdict, "VERDICT_") as Decision["verdict"], reason: d.reason, rule: d.rule,
+    requiredTransition: d.required_transition, terminalState: d.terminal_state,
+    afterMs: Number(r.after_ms ?? 0), maxAfterMs: Number(r.max_after_ms ?? 0), hold: toHold(d.hold), raw: d };
+}
+
+/** The default Sleep: setTimeout, rejected with Cancelled when the signal aborts. */
+export const sleep: Sleep = (ms, signal) => new Promise((resolve, reject) => {
+  if (signal?.aborted) return reject(new Cancelled("cancelled"));
+  const t = setTimeout(() => { signal?.removeEventListener("abort", onAbort); resolve(); }, ms);
+  const onAbort = () => { clearTimeout(t); reject(new Cancelled("cancelled")); };
+  signal?.addEventListener("abort", onAbort, { once: true });
+});
+
+export class Client {
+  readonly stub: any;
+  fallbacks = 0;
+  private o: Required<Omit<ClientOptions, "credentials" | "onEvent">> & Pick<ClientOptions, "onEvent">;
+  private counts = new Map<string, { key: string[]; c: [number, number, number] }>();
+  private timer: NodeJS.Timeout;
+  private ready: Promise<void>;
+
+  constructor(address: string, opts: ClientOptions = {}) {
+    this.o = { catalog: "", dependency: "", tenant: "", locale: "", timeoutMs: 50, connectTimeoutMs: 1000, sleep,
+      fallback: DEFAULT_FALLBACK, reportIntervalMs: 1000, ...opts } as any;
+    const Ctor = service();
+    this.stub = new Ctor(address, opts.credentials ?? grpc.credentials.createInsecure());
+    // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
+    this.ready = new Promise((resolve) => this.stub.waitForReady(Date.now() + this.o.connectTimeoutMs, () => resolve()));
+    this.timer = setInterval(() => this.flush(), this.o.reportIntervalMs);
+    this.timer.unref();
+  }
+
+  /** Sends the outcome counts not yet reported and closes the channel. */
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.flush();
+    this.stub.close();
+  }
+
+  private count(method: string, i: 0 | 1 | 2) {
+    const key = [this.o.catalog, this.o.dependency, this.o.tenant, method];
+    const k = key.join("\u0000");
+    const e = this.counts.get(k) ?? { key, c: [0, 0, 0] as [number, number, number] };
+    e.c[i]++;
+    this.counts.set(k, e);
+  }
+
+  private flush(): Promise<void> {
+    if (this.counts.size === 0) return Promise.resolve();
+    const counts = [...this.counts.values()].slice(0, 1000).map(({ key, c }) => ({
+      catalog: key[0], dependency: key[1], tenant: key[2], method: key[3], requests: c[0], successes: c[1], failures: c[2] }));
+    this.counts.clear();
+    return this.rpc("ReportOutcomes", { counts }, 1000).then(() => undefined, () => undefined);
+  }
+
+  private rpc(name: string, req: unknown, timeoutMs: number): Promise<any> {
+    return new Promise((resolve, reject) => {
+      this.stub[name](req, { deadline: Date.now() + Math.max(1, timeoutMs) }, (err: unknown, resp: unknown) => (err ? reject(err) : resolve(resp)));
+    });
+  }
+
+  private event(e: Event) {
+    if (e.kind === "fallback") this.fallbacks++;
+    this.o.onEvent?.(e);
+  }
+
+  /** Runs fn under the loop and resolves with its result (or a read-back's). */
+  async call<T>(fn: (signal?: AbortSignal) => Promise<T>, opts: CallOptions<T> = {}): Promise<T> {
+    await this.ready;
+    const signal = opts.signal;
+    const deadline = opts.deadline === undefined ? undefined : opts.deadline instanceof Date ? opts.deadline.getTime() : Date.now() + opts.deadline;
+    const op = opts.operation === "read" ? "OPERATION_KIND_READ" : opts.operation === "write" ? "OPERATION_KIND_WRITE" : "OPERATION_KIND_UNSPECIFIED";
+    const method = opts.method ?? "";
+    const mapper = opts.toFailure ?? defaultMapper;
+    const past = (waitMs: number) => deadline !== undefined && Date.now() + waitMs > deadline;
+    const rpcTimeout = () => (deadline === undefined ? this.o.timeoutMs : Math.min(this.o.timeoutMs, deadline - Date.now()));
+    const checkCancel = () => { if (signal?.aborted) throw new Cancelled("cancelled"); };
+    let attempt = 1;
+    this.count(method, 0);
+    for (;;) {
+      // 1. Admit; retryd unreachable does not stop the call (fail open).
+      let probe = "";
+      for (;;) {
+        checkCancel();
+        if (past(0)) throw new DeadlineExceeded("deadline passed before the attempt");
+        let resp: any;
+        try {
+          resp = await this.rpc("Admit", { catalog: this.o.catalog, dependency: this.o.dependency, tenant: this.o.tenant,
+            method, operation: op, attempt }, rpcTimeout());
+        } catch (err: any) {
+          this.event({ kind: "fallback", attempt, detail: `Admit failed: ${err?.message ?? err}` });
+          break;
+        }
+        if (resp.admitted) { probe = resp.probe_token; break; }
+        const hold = toHold(resp.hold);
+        const retryAt = fromTs(resp.retry_at)?.getTime() ?? Date.now() + 1000;
+        const waitMs = Math.max(0, retryAt - Date.now()) + 10;
+        this.event({ kind: "admit_refused", attempt, hold, waitMs });
+        if (past(waitMs)) throw new Held(`held until ${hold?.until?.toISOString()}: ${hold?.reason ?? ""}`, hold);
+        this.event({ kind: "wait", attempt, hold, waitMs, detail: "hold" });
+        await this.o.sleep(waitMs, signal);
+      }
+
+      // 2. The call.
+      let error: unknown;
+      try {
+        const v = await fn(signal);
+        this.count(method, 1);
+        if (probe) await this.rpc("ReportOutcomes", { probe_token: probe, probe_succeeded: true }, this.o.timeoutMs).catch(() => undefined);
+        this.event({ kind: "success", attempt });
+        return v;
+      } catch (err) {
+        error = err;
+      }
+      checkCancel();
+
+      // 3. Map the failure.
+      const f = mapper(error);
+      if (!f) { this.count(method, 2); throw error; }
+      const failure: any = {
+        catalog: f.catalog || this.o.catalog, code: f.code ?? "", operation: op, method, attempt,
+        retry_after: f.retryAfter ?? "", idempotency_key: opts.idempotencyKey ?? "",
+        idempotency_key_enforced: !!opts.idempotencyKeyEnforced, request_id: f.requestId ?? "",
+        tenant: this.o.tenant, dependency: this.o.dependency, probe_token: probe, read_back: "READ_BACK_UNSPECIFIED",
+      };
+      if (f.retryAfterMs !== undefined) failure.retry_after_ms = f.retryAfterMs;
+      if (f.quotaResetsAt) failure.quota_resets_at = ts(f.quotaResetsAt);
+      if (deadline !== undefined) failure.deadline = ts(new Date(deadline));
+
+      // 4. Classify and act; a read-back's answer goes in a second Classify.
+      let readBackValue: T | undefined;
+      let waitMs = 0;
+      for (;;) {
+        let resp: any;
+        try {
+          resp = await this.rpc("Classify", { failure, locale: this.o.locale }, rpcTimeout());
+        } catch (err: any) {
+          checkCancel();
+          if (past(0)) throw new DeadlineExceeded("the deadline passed while asking retryd", undefined, error);
+          const may = op === "OPERATION_KIND_READ" || failure.idempotency_key_enforced;
+          const detail = `Classify failed: ${err?.message ?? err}`;
+          if (!may || attempt >= this.o.fallback.maxAttempts) {
+            this.event({ kind: "fallback", attempt, detail });
+            const kind = op === "OPERATION_KIND_READ" ? "read" : "write";
+            const d: Decision = { verdict: "DO_NOT_RETRY", rule: `client_fallback/${kind}`, requiredTransition: "", terminalState: "",
+              afterMs: 0, maxAfterMs: 0, reason: `retryd unavailable (${err?.message ?? err}); the conservative fallback does not retry this ${kind}` };
+            throw new RetrydUnavailable(d.reason, d, error);
+          }
+          waitMs = Math.random() * Math.min(this.o.fallback.capMs, this.o.fallback.baseMs * 2 ** (attempt - 1));
+          this.event({ kind: "fallback", attempt, detail, waitMs });
+          break;
+        }
+        const d = toDecision(resp.decision);
+        this.event({ kind: "decision", attempt, decision: d });
+        if (d.verdict === "ALREADY_APPLIED") return readBackValue as T;
+        if (d.verdict === "STATE_VERIFICATION_REQUIRED" && opts.readBack && failure.read_back === "READ_BACK_UNSPECIFIED") {
+          try {
+            const v = await opts.readBack();
+            if (v === null || v === undefined) failure.read_back = "READ_BACK_EFFECT_ABSENT";
+            else { failure.read_back = "READ_BACK_EFFECT_PRESENT"; readBackValue = v; }
+          } catch (err) {
+            if (!(err instanceof Inconclusive)) throw err;
+            failure.read_back = "READ_BACK_INCONCLUSIVE";
+          }
+          this.event({ kind: "read_back", attempt, detail: failure.read_back });
+          continue;
+        }
+        if (d.verdict !== "RETRY_WITH_LIMIT") {
+          const Cls = d.verdict === "FIX_BEFORE_RETRY" ? FixBeforeRetry : d.verdict === "DO_NOT_RETRY" ? DoNotRetry
+            : d.verdict === "STATE_VERIFICATION_REQUIRED" ? VerificationRequired : RetryRefused;
+          throw new Cls(`${d.verdict.toLowerCase()}: ${d.reason}`, d, error);
+        }
+        const hi = Math.max(d.afterMs, d.maxAfterMs);
+        waitMs = d.afterMs + Math.random() * (hi - d.afterMs);
+        break;
+      }
+      if (past(waitMs)) throw new DeadlineExceeded(`the next attempt (${Math.round(waitMs)} ms away) would pass the deadline`, undefined, error);
+      this.event({ kind: "wait", attempt, waitMs });
+      await this.o.sleep(waitMs, signal);
+      attempt++;
+    }
+  }
+}

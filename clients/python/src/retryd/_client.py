@@ -1,0 +1,339 @@
+"""retryd.Client (blocking) and retryd.AsyncClient (asyncio)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from typing import Any, Awaitable, Callable, Optional, TypeVar
+
+import grpc
+import grpc.aio
+
+from ._loop import Event, Fallback, Opts, deadline_of, loop
+from .mappers import default_mapper
+from .v1 import retryd_pb2 as pb
+from .v1 import retryd_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+log = logging.getLogger("retryd")
+
+
+class Tls:
+    """TLS options; `Tls.from_env()` reads the examples' RETRYD_TLS_* variables."""
+
+    def __init__(self, ca: Optional[bytes] = None, cert: Optional[bytes] = None,
+                 key: Optional[bytes] = None, server_name: Optional[str] = None) -> None:
+        self.ca, self.cert, self.key, self.server_name = ca, cert, key, server_name
+
+    @classmethod
+    def from_env(cls) -> Optional["Tls"]:
+        ca = os.environ.get("RETRYD_TLS_CA")
+        if not ca:
+            return None
+
+        def rd(p: Optional[str]) -> Optional[bytes]:
+            return open(p, "rb").read() if p else None
+        return cls(rd(ca), rd(os.environ.get("RETRYD_TLS_CLIENT_CERT")),
+                   rd(os.environ.get("RETRYD_TLS_CLIENT_KEY")), os.environ.get("RETRYD_TLS_SERVER_NAME"))
+
+
+def _channel_args(tls: Optional[Tls]) -> list:
+    return [("grpc.ssl_target_name_override", tls.server_name)] if tls and tls.server_name else []
+
+
+class _Counts:
+    """Outcome counts per scope, sent in one ReportOutcomes per interval (never one RPC per success)."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.counts: dict[tuple[str, str, str, str], list[int]] = {}
+        self.last = time.monotonic()
+
+    def add(self, key: tuple[str, str, str, str], what: str) -> None:
+        with self.lock:
+            c = self.counts.setdefault(key, [0, 0, 0])
+            c[{"request": 0, "success": 1, "failure": 2}[what]] += 1
+
+    def take(self, force: bool) -> Optional[pb.ReportOutcomesRequest]:
+        with self.lock:
+            if not self.counts or (not force and time.monotonic() - self.last < self.interval):
+                return None
+            self.last = time.monotonic()
+            items = list(self.counts.items())[:1000]
+            for k, _ in items:
+                del self.counts[k]
+        return pb.ReportOutcomesRequest(counts=[
+            pb.OutcomeCount(catalog=k[0], dependency=k[1], tenant=k[2], method=k[3],
+                            requests=c[0], successes=c[1], failures=c[2]) for k, c in items])
+
+
+class _Base:
+    def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
+                 tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
+                 tls: Optional[Tls] = None, connect_timeout: float = 1.0,
+                 fallback: Optional[Fallback] = None, on_event: Optional[Callable[[Event], None]] = None,
+                 report_interval: float = 1.0) -> None:
+        self.address = address
+        self.catalog, self.dependency, self.tenant, self.locale = catalog, dependency, tenant, locale
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.fallback = fallback or Fallback()
+        self.on_event = on_event
+        self.fallbacks = 0  # how many times retryd was unreachable or slow and the fallback decided
+        self._counts = _Counts(report_interval)
+        self._tls = tls
+
+    def _creds(self) -> Optional[grpc.ChannelCredentials]:
+        t = self._tls
+        return grpc.ssl_channel_credentials(t.ca, t.key, t.cert) if t else None
+
+    def _opts(self, operation: Optional[str], method: Optional[str], idempotency_key: Optional[str],
+              idempotency_key_enforced: bool, read_back: Any, to_failure: Any, deadline: Any) -> Opts:
+        wall, mono = deadline_of(deadline)
+        return Opts(self.catalog, self.dependency, self.tenant, self.locale, operation, method,
+                    idempotency_key, idempotency_key_enforced, read_back, to_failure, wall, mono, self.fallback)
+
+    def _rpc_timeout(self, o: Opts) -> float:
+        if o.deadline_mono is None:
+            return self.timeout
+        return max(0.001, min(self.timeout, o.deadline_mono - time.monotonic()))
+
+    def _event(self, e: Event) -> None:
+        if e.kind == "fallback":
+            self.fallbacks += 1
+            log.warning("retryd: %s; conservative fallback (attempt %d)", e.detail, e.attempt)
+        else:
+            log.debug("retryd: %s", e)
+        if self.on_event is not None:
+            self.on_event(e)
+
+    def _key(self, o: Opts) -> tuple[str, str, str, str]:
+        return (o.catalog or "", o.dependency or "", o.tenant or "", o.method or "")
+
+
+class Client(_Base):
+    """Runs calls under retryd's retry loop, blocking.
+
+    `Client(address, *, catalog=None, dependency=None, tenant=None, locale=None,
+    timeout=0.05, sleep=time.sleep, tls=None)`; also `connect_timeout` (the
+    eager connect at construction), `fallback` (a `Fallback`), `on_event`
+    (called with every `Event`) and `report_interval` (seconds between
+    batched ReportOutcomes).
+    """
+
+    def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
+                 tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
+                 sleep: Callable[[float], None] = time.sleep, tls: Optional[Tls] = None,
+                 connect_timeout: float = 1.0, fallback: Optional[Fallback] = None,
+                 on_event: Optional[Callable[[Event], None]] = None, report_interval: float = 1.0) -> None:
+        super().__init__(address, catalog=catalog, dependency=dependency, tenant=tenant, locale=locale,
+                         timeout=timeout, tls=tls, connect_timeout=connect_timeout, fallback=fallback,
+                         on_event=on_event, report_interval=report_interval)
+        self._sleep: Callable[[float], None] = sleep
+        creds = self._creds()
+        args = _channel_args(self._tls)
+        self._channel = grpc.secure_channel(address, creds, args) if creds else grpc.insecure_channel(address, args)
+        self._stub = pb_grpc.RetryDecisionServiceStub(self._channel)
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=self.connect_timeout)
+        except grpc.FutureTimeoutError:
+            log.warning("retryd: %s not reachable in %.2f s; calls use the fallback until it is", address, self.connect_timeout)
+
+    def call(self, fn: Callable[[], T], *, operation: Optional[str] = None, method: Optional[str] = None,
+             idempotency_key: Optional[str] = None, idempotency_key_enforced: bool = False,
+             read_back: Optional[Callable[[], Any]] = None,
+             to_failure: Optional[Callable[[BaseException], Optional[dict]]] = None,
+             deadline: Any = None) -> T:
+        """Runs `fn()` under the loop and returns its result (or a read-back's)."""
+        o = self._opts(operation, method, idempotency_key, idempotency_key_enforced, read_back, to_failure, deadline)
+        gen = loop(o, default_mapper)
+        sent: Any = None
+        try:
+            while True:
+                eff = gen.send(sent)
+                sent = self._do(o, eff, fn)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            gen.close()
+            self._flush(False)
+
+    def _do(self, o: Opts, eff: tuple, fn: Callable[[], Any]) -> Any:
+        kind = eff[0]
+        if kind in ("admit", "classify"):
+            rpc = self._stub.Admit if kind == "admit" else self._stub.Classify
+            try:
+                return ("ok", rpc(eff[1], timeout=self._rpc_timeout(o)))
+            except grpc.RpcError as e:
+                return ("err", f"{e.code().name}: {e.details()}")  # type: ignore[attr-defined]
+        if kind == "run":
+            return self._catch(fn)
+        if kind == "read_back":
+            return self._catch(o.read_back)  # type: ignore[arg-type]
+        if kind == "sleep":
+            self._sleep(eff[1])
+            return None
+        if kind == "event":
+            self._event(eff[1])
+            return None
+        if kind == "count":
+            self._counts.add(self._key(o), eff[1])
+            return None
+        if kind == "report_probe":
+            try:
+                self._stub.ReportOutcomes(pb.ReportOutcomesRequest(probe_token=eff[1], probe_succeeded=eff[2]),
+                                          timeout=self.timeout)
+            except grpc.RpcError:
+                pass
+            return None
+        raise AssertionError(kind)
+
+    @staticmethod
+    def _catch(f: Callable[[], Any]) -> tuple:
+        try:
+            return ("ok", f())
+        except Exception as e:  # noqa: BLE001 - the loop maps or re-raises it
+            return ("err", e)
+
+    def _flush(self, force: bool) -> None:
+        req = self._counts.take(force)
+        if req is not None:
+            fut = self._stub.ReportOutcomes.future(req, timeout=max(self.timeout, 1.0) if force else self.timeout)
+            if force:
+                try:
+                    fut.result()
+                except grpc.RpcError:
+                    pass
+
+    def close(self) -> None:
+        """Sends the outcome counts not yet reported and closes the channel."""
+        self._flush(True)
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncClient(_Base):
+    """`Client` for asyncio: `await client.call(fn, ...)` with `fn` an async
+    callable (or a sync one), `sleep` an async callable (default
+    `asyncio.sleep`). Cancelling the task stops the loop at once."""
+
+    def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
+                 tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, tls: Optional[Tls] = None,
+                 connect_timeout: float = 1.0, fallback: Optional[Fallback] = None,
+                 on_event: Optional[Callable[[Event], None]] = None, report_interval: float = 1.0) -> None:
+        super().__init__(address, catalog=catalog, dependency=dependency, tenant=tenant, locale=locale,
+                         timeout=timeout, tls=tls, connect_timeout=connect_timeout, fallback=fallback,
+                         on_event=on_event, report_interval=report_interval)
+        self._sleep: Callable[[float], Awaitable[None]] = sleep
+        creds = self._creds()
+        args = _channel_args(self._tls)
+        self._channel = grpc.aio.secure_channel(address, creds, args) if creds else grpc.aio.insecure_channel(address, args)
+        self._stub = pb_grpc.RetryDecisionServiceStub(self._channel)
+        self._connected = False
+        self._pending: set[asyncio.Future] = set()
+
+    async def connect(self) -> bool:
+        """Connects now (bounded by connect_timeout); True when retryd is reachable."""
+        self._connected = True
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), self.connect_timeout)
+            return True
+        except asyncio.TimeoutError:
+            log.warning("retryd: %s not reachable in %.2f s; calls use the fallback until it is", self.address, self.connect_timeout)
+            return False
+
+    async def call(self, fn: Callable[[], Any], *, operation: Optional[str] = None, method: Optional[str] = None,
+                   idempotency_key: Optional[str] = None, idempotency_key_enforced: bool = False,
+                   read_back: Optional[Callable[[], Any]] = None,
+                   to_failure: Optional[Callable[[BaseException], Optional[dict]]] = None,
+                   deadline: Any = None) -> Any:
+        """Runs `await fn()` under the loop and returns its result (or a read-back's)."""
+        if not self._connected:
+            await self.connect()
+        o = self._opts(operation, method, idempotency_key, idempotency_key_enforced, read_back, to_failure, deadline)
+        gen = loop(o, default_mapper)
+        sent: Any = None
+        try:
+            while True:
+                eff = gen.send(sent)
+                sent = await self._do(o, eff, fn)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            gen.close()
+            self._flush(False)
+
+    async def _do(self, o: Opts, eff: tuple, fn: Callable[[], Any]) -> Any:
+        kind = eff[0]
+        if kind in ("admit", "classify"):
+            rpc = self._stub.Admit if kind == "admit" else self._stub.Classify
+            try:
+                return ("ok", await rpc(eff[1], timeout=self._rpc_timeout(o)))
+            except grpc.aio.AioRpcError as e:
+                return ("err", f"{e.code().name}: {e.details()}")
+        if kind == "run":
+            return await self._catch(fn)
+        if kind == "read_back":
+            return await self._catch(o.read_back)  # type: ignore[arg-type]
+        if kind == "sleep":
+            await self._sleep(eff[1])
+            return None
+        if kind == "event":
+            self._event(eff[1])
+            return None
+        if kind == "count":
+            self._counts.add(self._key(o), eff[1])
+            return None
+        if kind == "report_probe":
+            try:
+                await self._stub.ReportOutcomes(pb.ReportOutcomesRequest(probe_token=eff[1], probe_succeeded=eff[2]),
+                                                timeout=self.timeout)
+            except grpc.aio.AioRpcError:
+                pass
+            return None
+        raise AssertionError(kind)
+
+    @staticmethod
+    async def _catch(f: Callable[[], Any]) -> tuple:
+        try:
+            r = f()
+            if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
+                r = await r
+            return ("ok", r)
+        except Exception as e:  # noqa: BLE001 - the loop maps or re-raises it
+            return ("err", e)
+
+    def _flush(self, force: bool) -> None:
+        req = self._counts.take(force)
+        if req is not None:
+            async def send() -> None:
+                try:
+                    await self._stub.ReportOutcomes(req, timeout=max(self.timeout, 1.0))
+                except grpc.aio.AioRpcError:
+                    pass
+            t = asyncio.ensure_future(send())
+            self._pending.add(t)
+            t.add_done_callback(self._pending.discard)
+
+    async def close(self) -> None:
+        """Sends the outcome counts not yet reported and closes the channel."""
+        self._flush(True)
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

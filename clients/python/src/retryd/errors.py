@@ -1,0 +1,123 @@
+"""Typed results and errors of the retry loop."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A fleet hold: "do not call this scope until `until`"."""
+
+    id: str
+    catalog: str
+    dependency: str
+    tenant: str
+    method: str
+    scope: str  # "TENANT", "DEPENDENCY", "METHOD"
+    kind: str  # "PAUSE", "QUOTA_STOP", "QUARANTINE", "CIRCUIT_OPEN"
+    until: Optional[_dt.datetime]
+    code: str
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """retryd's answer for one failure (the fields a caller acts on)."""
+
+    verdict: str  # "RETRY_WITH_LIMIT", "STATE_VERIFICATION_REQUIRED", "FIX_BEFORE_RETRY", "DO_NOT_RETRY", "ALREADY_APPLIED"
+    reason: str = ""
+    rule: str = ""
+    required_transition: str = ""
+    terminal_state: str = ""
+    catalog: str = ""
+    code: str = ""
+    retryable: bool = False
+    safe: bool = False
+    after_ms: int = 0
+    max_after_ms: int = 0
+    strategy: str = ""
+    attempt: int = 0
+    max_attempts: int = 0
+    side_effect_state: str = ""
+    reconciliation_action: Optional[str] = None
+    hold: Optional[Hold] = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+class DependencyError(Exception):
+    """Raise from `fn` to report a dependency failure by its code.
+
+    `retry_after` is the raw Retry-After (delta-seconds or HTTP-date),
+    `retry_after_ms` an already parsed delay; other Failure fields
+    (`request_id`, `catalog`, `dependency`, `quota_resets_at` …) may be passed
+    as keywords.
+    """
+
+    def __init__(self, code: str, *, retry_after: Optional[str] = None,
+                 retry_after_ms: Optional[int] = None, **fields: Any) -> None:
+        super().__init__(code)
+        self.code = code
+        self.retry_after = retry_after
+        self.retry_after_ms = retry_after_ms
+        self.fields = fields
+
+
+class Inconclusive(Exception):
+    """Raise from `read_back` when it cannot tell whether the effect is there."""
+
+
+class RetryRefused(Exception):
+    """The loop stopped without a result. `.decision` is retryd's whole
+    decision (or the client's own, for a fallback or a deadline), `.error`
+    the dependency's last exception, if any."""
+
+    def __init__(self, message: str, decision: Optional[Decision] = None,
+                 error: Optional[BaseException] = None) -> None:
+        super().__init__(message)
+        self.decision = decision
+        self.error = error
+
+
+class FixBeforeRetry(RetryRefused):
+    """`fix_before_retry`: fix `decision.required_transition` first."""
+
+
+class DoNotRetry(RetryRefused):
+    """`do_not_retry`: hand the case over (`decision.terminal_state` may say how it ended)."""
+
+
+class VerificationRequired(RetryRefused):
+    """`state_verification_required` and no read-back could settle it."""
+
+
+class Held(RetryRefused):
+    """A fleet hold refuses the call past the caller's deadline; `.hold` says which."""
+
+    def __init__(self, message: str, hold: Optional[Hold]) -> None:
+        super().__init__(message)
+        self.hold = hold
+
+
+class DeadlineExceeded(RetryRefused):
+    """The caller's deadline would pass before the next attempt."""
+
+
+class RetrydUnavailable(RetryRefused):
+    """retryd was unreachable or slow, and the conservative fallback refused
+    another attempt (a write without an enforced key, or a read past 3 attempts)."""
+
+
+_BY_VERDICT = {
+    "FIX_BEFORE_RETRY": FixBeforeRetry,
+    "DO_NOT_RETRY": DoNotRetry,
+    "STATE_VERIFICATION_REQUIRED": VerificationRequired,
+}
+
+
+def refusal(decision: Decision, error: Optional[BaseException]) -> RetryRefused:
+    cls = _BY_VERDICT.get(decision.verdict, RetryRefused)
+    return cls(f"{decision.verdict.lower()}: {decision.reason}", decision, error)

@@ -1,0 +1,78 @@
+"""Unit tests of the mappers and the loop's pure parts (no server)."""
+
+import unittest
+
+import retryd
+from retryd._loop import Opts, loop, Fallback
+from retryd.v1 import retryd_pb2 as pb
+
+
+class FakeResp:
+    def __init__(self, status, headers):
+        self.status_code, self.headers = status, headers
+
+
+class FakeHTTPError(Exception):
+    def __init__(self, status, headers):
+        super().__init__(status)
+        self.response = FakeResp(status, headers)
+
+
+class Mappers(unittest.TestCase):
+    def test_dependency_error(self):
+        f = retryd.default_mapper(retryd.DependencyError("BITRIX_TIMEOUT", retry_after="5", request_id="r"))
+        self.assertEqual(f, {"code": "BITRIX_TIMEOUT", "retry_after": "5", "request_id": "r"})
+
+    def test_http(self):
+        f = retryd.default_mapper(FakeHTTPError(429, {"retry-after": "7", "X-Request-Id": "x"}))
+        self.assertEqual(f, {"catalog": "http", "code": "429", "retry_after": "7", "request_id": "x"})
+
+    def test_envelope(self):
+        self.assertEqual(retryd.from_envelope('{"error":{"code":"QUEUE_OVERFLOW"}}', {"Retry-After": "3"}),
+                         {"catalog": "vibecode", "code": "QUEUE_OVERFLOW", "retry_after": "3"})
+        self.assertEqual(retryd.from_envelope({"error": "BITRIX_ERROR"})["code"], "BITRIX_ERROR")
+        self.assertEqual(retryd.from_envelope(b"<html>")["code"], "")
+
+    def test_unmapped(self):
+        self.assertIsNone(retryd.default_mapper(ValueError("x")))
+
+
+def opts(**kw):
+    base = dict(catalog="vibecode", dependency="d", tenant="t", locale=None, operation="write", method="crm.deal.add",
+                idempotency_key=None, idempotency_key_enforced=False, read_back=None, to_failure=None,
+                deadline_wall=None, deadline_mono=None, fallback=Fallback())
+    base.update(kw)
+    return Opts(**base)
+
+
+class Loop(unittest.TestCase):
+    def test_write_is_never_resent_when_retryd_is_down(self):
+        g = loop(opts(), retryd.default_mapper)
+        eff = next(g)
+        self.assertEqual(eff[0], "admit")
+        eff = g.send(("err", "UNAVAILABLE"))  # fallback event
+        self.assertEqual(eff[0], "event")
+        eff = g.send(None)
+        self.assertEqual(eff, ("count", "request"))
+        self.assertEqual(g.send(None), ("run",))
+        eff = g.send(("err", retryd.DependencyError("BITRIX_TIMEOUT")))
+        self.assertEqual(eff[0], "classify")
+        self.assertEqual(g.send(("err", "UNAVAILABLE"))[0], "event")
+        with self.assertRaises(retryd.RetrydUnavailable) as cm:
+            g.send(None)
+        self.assertEqual(cm.exception.decision.rule, "client_fallback/write")
+
+    def test_success_returns_the_value(self):
+        g = loop(opts(), retryd.default_mapper)
+        next(g)
+        g.send(("ok", pb.AdmitResponse(admitted=True)))
+        g.send(None)  # count
+        with self.assertRaises(StopIteration) as cm:
+            eff = g.send(("ok", 42))
+            while True:
+                eff = g.send(None)
+        self.assertEqual(cm.exception.value, 42)
+
+
+if __name__ == "__main__":
+    unittest.main()

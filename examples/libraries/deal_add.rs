@@ -1,0 +1,1 @@
+../../clients/rust/examples/deal_add.rs

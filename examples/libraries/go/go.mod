@@ -1,0 +1,20 @@
+module github.com/retryd/retryd/examples/libraries/go
+
+go 1.26.0
+
+require github.com/retryd/retryd/clients/go v0.0.0
+
+require (
+	github.com/retryd/retryd/examples/go v0.0.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
+	google.golang.org/grpc v1.85.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace (
+	github.com/retryd/retryd/clients/go => ../../../clients/go
+	github.com/retryd/retryd/examples/go => ../../go
+)
