@@ -242,6 +242,16 @@ The last medians found in target/criterion when the file was written (no network
 
 {crit}
 """
-    with open(os.path.join(E["ROOT"], "bench", "RESULTS.md"), "w") as f:
+    # Sections other benches append (bench/policy-safety.sh, bench/http.sh,
+    # bench/fleet_callgrind.sh …) sit below KEEP and survive a rewrite.
+    path = os.path.join(E["ROOT"], "bench", "RESULTS.md")
+    KEEP = "<!-- sections below are written by other benches and kept by bench/run.sh --write-results -->"
+    kept = ""
+    if os.path.exists(path):
+        old = open(path, encoding="utf-8").read()
+        if KEEP in old:
+            kept = old[old.index(KEEP):]
+    doc = doc.rstrip("\n") + "\n\n" + (kept or KEEP + "\n")
+    with open(path, "w") as f:
         f.write(doc)
     print(f"\nwrote bench/RESULTS.md", file=sys.stderr)

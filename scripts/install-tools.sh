@@ -91,6 +91,18 @@ _retryd_install_tools() {
   timeout 900 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -r "$root/examples/python/requirements.txt"
 
+  # --- PHP and jq for the HTTP/JSON examples (examples/php, examples/shell) ---
+  if ! { command -v php >/dev/null 2>&1 && php -m 2>/dev/null | grep -qx curl && command -v jq >/dev/null 2>&1; }; then
+    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+      echo "install-tools: apt-get install php-cli php-curl jq"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q php-cli php-curl jq >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q php-cli php-curl jq >/dev/null; }
+    else
+      echo "install-tools: php-cli, php-curl or jq missing (install them from your distribution)" >&2
+      return 1
+    fi
+  fi
+
   # --- Python client library (clients/python) --------------------------------
   local cvenv="$root/clients/python/.venv"
   if [[ ! -x "$cvenv/bin/python" ]]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of retryd from other languages and standard gRPC tools.
 # Builds retryd, starts `retryd serve` on loopback ports chosen by the OS,
-# then checks: the Python, Go and Node example clients; ghz load through
+# then checks: the Python, Go and Node example clients, the PHP and shell
+# (curl + jq) clients of the HTTP/JSON door; ghz load through
 # server reflection with zero errors; grpc_health_probe; grpcurl list,
 # describe and a JSON call; `retryd health`; that the committed Go stubs
 # are current; and that SIGTERM stops the server with exit 0.
@@ -107,6 +108,11 @@ check "go example (examples/go/cmd/retryd-example)" 600 \
 check "node example (examples/node/client.js)" 120 \
   node "$root/examples/node/client.js" "$addr"
 check "go stubs current (scripts/gen-go.sh --check)" 180 "$root/scripts/gen-go.sh" --check
+# The HTTP/JSON door on the same port: PHP with plain curl_*, bash with curl + jq.
+check "php example over HTTP/JSON (examples/php/client.php)" 60 \
+  php "$root/examples/php/client.php" "http://$addr"
+check "shell example over HTTP/JSON (examples/shell/classify.sh)" 60 \
+  bash "$root/examples/shell/classify.sh" "http://$addr"
 
 # --- ghz through reflection (no --proto) ---------------------------------------------
 n="${GHZ_REQUESTS:-5000}"

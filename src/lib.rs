@@ -11,5 +11,7 @@ pub mod cli;
 pub mod core;
 pub mod fleet;
 pub mod grpc;
+pub mod http;
 pub mod load;
+pub mod safety;
 pub mod server;

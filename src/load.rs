@@ -60,7 +60,7 @@ fn io_error(path: &Path, source: std::io::Error) -> LoadError {
 
 /// The `.toml` files `paths` name: files as given, directories' `.toml`
 /// entries sorted by name (not recursive; hidden entries such as Kubernetes'
-/// `..data` are skipped). Entries are listed whatever they are: one that is
+/// `..data` are skipped, and so are policy test tables, `*.test.toml`). Entries are listed whatever they are: one that is
 /// not a regular file is an error when it is read, not skipped.
 pub fn catalog_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = Vec::new();
@@ -74,7 +74,7 @@ pub fn catalog_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
                     .file_name()
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| !n.starts_with('.'));
-                if visible && p.extension().is_some_and(|x| x == "toml") {
+                if visible && p.extension().is_some_and(|x| x == "toml") && !is_test_file(&p) {
                     found.push(p);
                 }
             }
@@ -85,6 +85,14 @@ pub fn catalog_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
         }
     }
     Ok(out)
+}
+
+/// A policy test table (`<name>.test.toml`): it sits beside the catalogs
+/// but is not one (`retryd policy test` and `policy check` read it).
+pub fn is_test_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".test.toml"))
 }
 
 /// The directories among `paths` that hold no `.toml` file.

@@ -188,7 +188,10 @@ pub fn policy_origin(args: impl IntoIterator<Item = std::ffi::OsString>) -> &'st
 /// Renders a decision in `format`.
 pub fn render(d: &Decision<'_>, format: Format) -> String {
     match format {
-        Format::Json => serde_json::to_string_pretty(d).unwrap_or_default(),
+        // The CLI has no fleet memory: `hold` is always null (see core::json).
+        Format::Json => {
+            serde_json::to_string_pretty(&crate::grpc::json::DecisionJson::new(d, None)).unwrap_or_default()
+        }
         Format::Asc => serde_json::to_string_pretty(&asc_contract(d)).unwrap_or_default(),
         Format::Text => text(d),
     }

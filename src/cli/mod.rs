@@ -1,9 +1,11 @@
-//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`, `budgets`.
+//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`, `budgets`, `replay`.
 
 pub mod budgets;
 pub mod classify;
 pub mod holds;
 pub mod policy;
+pub mod policy_test;
+pub mod replay;
 
 use std::process::ExitCode;
 
@@ -24,12 +26,14 @@ pub enum Command {
     /// Decide one failure locally and print the decision.
     Classify(Box<classify::ClassifyArgs>),
     /// Run the gRPC service.
-    Serve(crate::server::ServeArgs),
+    Serve(Box<crate::server::ServeArgs>),
     /// Probe a running server's health (grpc_health_probe's exit codes).
     Health(crate::server::HealthArgs),
     /// Validate catalog files or print a catalog's decision matrix.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Re-decide a decision log's failures under another policy: what would change.
+    Replay(replay::ReplayArgs),
     /// List, release or watch the fleet's holds on a running server.
     #[command(subcommand)]
     Holds(holds::HoldsCommand),
@@ -42,11 +46,12 @@ pub enum Command {
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Classify(args) => classify::run(&args),
-        Command::Serve(args) => crate::server::serve_main(args),
+        Command::Serve(args) => crate::server::serve_main(*args),
         Command::Health(args) => crate::server::health_main(args),
         Command::Policy(cmd) => policy::run(&cmd),
         Command::Holds(cmd) => holds::run(cmd),
         Command::Budgets(cmd) => budgets::run(cmd),
+        Command::Replay(args) => replay::run(&args),
     }
 }
 

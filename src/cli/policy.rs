@@ -1,4 +1,5 @@
-//! `retryd policy check` and `retryd policy matrix`: catalogs as data that
+//! `retryd policy check` and `retryd policy matrix` (`test` and `diff` are in
+//! [`super::policy_test`]): catalogs as data that
 //! operators can validate in their own CI and read as a table.
 
 use std::fmt::Write as _;
@@ -20,6 +21,10 @@ pub enum PolicyCommand {
     Check(CheckArgs),
     /// Print a catalog's decision matrix as a Markdown table.
     Matrix(MatrixArgs),
+    /// Run policy tests (`*.test.toml` beside catalogs, or `[[tests]]`): 0 all pass, 1 a case fails, 2 an error.
+    Test(super::policy_test::TestArgs),
+    /// Decide every input under two policies and print what changes: 0 nothing, 1 changes, 2 an error.
+    Diff(super::policy_test::DiffArgs),
 }
 
 /// Flags of `retryd policy check`.
@@ -52,6 +57,8 @@ pub fn run(cmd: &PolicyCommand) -> ExitCode {
     match cmd {
         PolicyCommand::Check(args) => check(args),
         PolicyCommand::Matrix(args) => matrix_command(args),
+        PolicyCommand::Test(args) => super::policy_test::run_test(args),
+        PolicyCommand::Diff(args) => super::policy_test::run_diff(args),
     }
 }
 
@@ -104,7 +111,11 @@ fn check(args: &CheckArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     println!("{} catalog file(s) OK", files.len());
-    ExitCode::SUCCESS
+    // The policy tests beside the files checked (x.test.toml, [[tests]]).
+    match super::policy_test::check_tests(&files) {
+        Some(false) => ExitCode::FAILURE,
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 fn matrix_command(args: &MatrixArgs) -> ExitCode {

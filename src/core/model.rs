@@ -282,7 +282,7 @@ pub struct Failure<'a> {
 }
 
 /// retryd's answer for one failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision<'a> {
     /// What the caller may do.
     pub verdict: Verdict,
@@ -321,4 +321,8 @@ pub struct Decision<'a> {
     /// Not part of the JSON form: the wire reports the hold in force instead.
     #[serde(skip)]
     pub hold_plan: Option<super::hold::HoldPlan<'a>>,
+    /// Where the fleet retry budget of the failure's scope stands, set by
+    /// the fleet layer when the scope is budgeted (the engine leaves it unset).
+    #[serde(skip)]
+    pub budget: Option<super::budget::BudgetView>,
 }

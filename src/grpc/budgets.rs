@@ -36,10 +36,10 @@ pub fn apply<'a>(
     d: Decision<'a>,
     hold_floor: Option<UnixMillis>,
     now: UnixMillis,
-) -> Result<(Decision<'a>, Option<pb::RetryBudget>), DecideError> {
+) -> Result<Decision<'a>, DecideError> {
     let rules = rules(policy, d.catalog);
     if rules.is_empty() || d.verdict != Verdict::RetryWithLimit || f.dependency.is_empty() {
-        return Ok((d, None));
+        return Ok(d);
     }
     let scope = ScopeOf {
         catalog: d.catalog,
@@ -77,7 +77,25 @@ pub fn apply<'a>(
     if retried {
         fleet.budget_withdraw(rules, scope, now);
     }
-    Ok((d, first.map(|j| to_proto(j, u64::from(retried)))))
+    d.budget = first.map(|j| crate::core::budget::BudgetView {
+        scope_key: j.shown.clone(),
+        requests: j.standing.requests,
+        retries: j.standing.retries.saturating_add(u64::from(retried)),
+        allowed: j.standing.allowed,
+        window_start: j.standing.window_start,
+    });
+    Ok(d)
+}
+
+/// A decision's budget for the wire.
+pub fn view_to_proto(v: &crate::core::budget::BudgetView) -> pb::RetryBudget {
+    pb::RetryBudget {
+        scope_key: v.scope_key.clone(),
+        requests: v.requests,
+        retries: v.retries,
+        allowed: v.allowed,
+        window_start: Some(timestamp_from_millis(v.window_start)),
+    }
 }
 
 /// Where `j` stands, with `extra` retries counted since it was judged.

@@ -100,7 +100,7 @@ pub fn decision_into_proto(d: &Decision<'_>, out: &mut pb::Decision) {
     // The fleet layer sets them after the decision, when a hold is in force
     // or a budget counts the scope.
     *hold = None;
-    *budget = None;
+    *budget = d.budget.as_ref().map(super::budgets::view_to_proto);
     *verdict = verdict_to_proto(d.verdict) as i32;
     contract_into_proto(&d.retry, retry.get_or_insert_with(Default::default));
     *target_reached = target_reached_to_proto(d.target_reached) as i32;

@@ -41,9 +41,15 @@ pub struct Operators {
 impl Operators {
     /// Whether the caller of `req` is an operator.
     pub fn allows<T>(&self, req: &Request<T>) -> bool {
+        self.allows_parts(req.metadata().as_ref(), req.extensions())
+    }
+
+    /// Whether the caller whose request has these headers and connection
+    /// extensions (as tonic's server sets them, for gRPC and HTTP alike) is
+    /// an operator: the one rule of the gRPC and HTTP doors.
+    pub fn allows_parts(&self, headers: &http::HeaderMap, extensions: &http::Extensions) -> bool {
         if let Some(token) = &self.token {
-            let given = req
-                .metadata()
+            let given = headers
                 .get("authorization")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "));
@@ -51,14 +57,35 @@ impl Operators {
                 return true;
             }
         }
-        if self.allow_loopback && req.remote_addr().is_some_and(|a| a.ip().is_loopback()) {
+        if self.allow_loopback && remote_addr(extensions).is_some_and(|a| a.ip().is_loopback()) {
             return true;
         }
         !self.identities.is_empty()
-            && peer_identities(req)
+            && peer_identities(extensions)
                 .iter()
                 .any(|id| self.identities.iter().any(|allowed| allowed == id))
     }
+}
+
+/// PERMISSION_DENIED for a non-operator asking to release a hold.
+pub fn release_denied() -> Status {
+    Status::permission_denied(
+        "ReleaseHold is for operators: a bearer token (--operator-token-file) or a client certificate in --operator-identities",
+    )
+}
+
+/// The peer's address, from the connection info tonic's server puts in a
+/// request's extensions (plain TCP or TLS).
+pub fn remote_addr(extensions: &http::Extensions) -> Option<std::net::SocketAddr> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| {
+            extensions
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|i| i.get_ref().remote_addr())
+        })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -66,9 +93,13 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The subject CNs and SANs (DNS, URI, e-mail, IP) of the client's certificate.
-fn peer_identities<T>(req: &Request<T>) -> Vec<String> {
+fn peer_identities(extensions: &http::Extensions) -> Vec<String> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
-    let Some(certs) = req.peer_certs() else {
+    let Some(certs) = extensions
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .and_then(TlsConnectInfo::peer_certs)
+    else {
         return Vec::new();
     };
     let Some(leaf) = certs.first() else {
@@ -103,11 +134,15 @@ fn peer_identities<T>(req: &Request<T>) -> Vec<String> {
 /// Who placed a hold, for per-caller rates and the log: the client
 /// certificate's first identity under mTLS, else the peer's IP address.
 pub fn caller_of<T>(req: &Request<T>) -> String {
-    if let Some(id) = peer_identities(req).into_iter().next() {
+    caller_of_parts(req.extensions())
+}
+
+/// [`caller_of`] from a request's connection extensions (gRPC or HTTP).
+pub fn caller_of_parts(extensions: &http::Extensions) -> String {
+    if let Some(id) = peer_identities(extensions).into_iter().next() {
         return format!("cert:{id}");
     }
-    req.remote_addr()
-        .map_or_else(|| "unknown".to_owned(), |a| a.ip().to_string())
+    remote_addr(extensions).map_or_else(|| "unknown".to_owned(), |a| a.ip().to_string())
 }
 
 /// INVALID_ARGUMENT naming `field`.

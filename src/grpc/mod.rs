@@ -7,6 +7,7 @@ pub mod catalogs;
 pub mod codec;
 pub mod convert;
 pub mod holds;
+pub mod json;
 pub mod pool;
 pub mod service;
 

@@ -25,6 +25,7 @@ use crate::core::hold::Hold;
 use crate::core::limits::{self, FieldViolation};
 use crate::core::{DecideError, Decision, Policy, UnixMillis, Verdict, Warning, decide, decide_held};
 use crate::fleet::{Fleet, PlaceOutcome};
+use crate::safety::observe::DecisionObserver;
 
 /// Counter of decisions, labelled `catalog` (a loaded catalog's name) and
 /// `verdict` (the fixed set of [`Verdict::as_str`]).
@@ -34,7 +35,7 @@ pub const BATCH_ITEMS: &str = "retryd_batch_items";
 
 /// Batches larger than this are decided on the blocking pool so they do not
 /// hold up an async worker.
-const BLOCKING_BATCH: usize = 256;
+pub const BLOCKING_BATCH: usize = 256;
 
 /// The policy in force, shared with whatever reloads it.
 pub type PolicyHandle = Arc<ArcSwap<Policy>>;
@@ -69,6 +70,7 @@ pub struct RetryDecisionApi {
     fleet: Option<Arc<Fleet>>,
     operators: Arc<Operators>,
     draining: tokio::sync::watch::Receiver<bool>,
+    observer: Option<Arc<dyn DecisionObserver>>,
 }
 
 impl RetryDecisionApi {
@@ -81,7 +83,15 @@ impl RetryDecisionApi {
             fleet: None,
             operators: Arc::new(Operators::default()),
             draining: tokio::sync::watch::channel(false).1,
+            observer: None,
         }
+    }
+
+    /// Shows every decision answered to `observer` (the shadow policy, the
+    /// decision log), after it is made and before it is sent.
+    pub fn with_observer(mut self, observer: Arc<dyn DecisionObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Decides with fleet memory: holds placed by decisions, Admit and the
@@ -99,7 +109,18 @@ impl RetryDecisionApi {
         self
     }
 
-    fn fleet(&self) -> Result<&Arc<Fleet>, Status> {
+    /// The policy in force now.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
+    }
+
+    /// Who counts as an operator.
+    pub fn operators(&self) -> &Operators {
+        &self.operators
+    }
+
+    /// The fleet memory, or FAILED_PRECONDITION when the server runs without it.
+    pub fn fleet(&self) -> Result<&Arc<Fleet>, Status> {
         self.fleet
             .as_ref()
             .ok_or_else(|| Status::failed_precondition("this server runs without fleet state"))
@@ -130,16 +151,37 @@ impl RetryDecisionApi {
         now: UnixMillis,
         caller: &str,
     ) -> Result<pb::ClassifyResponse, Status> {
+        self.decide_one(req, now, caller, |d, hold| {
+            let mut decision = decision_to_proto(d);
+            decision.hold = hold.map(|h| hold_to_proto(h, h.key.tenant()));
+            pb::ClassifyResponse {
+                decision: Some(decision),
+            }
+        })
+        .map_err(Violation::into_status)
+    }
+
+    /// Decides one request of `caller` as of `now` and hands the decision,
+    /// with the fleet hold in force on its scope, to `answer`: the one body
+    /// of Classify, shared by gRPC (which encodes a proto) and the HTTP door
+    /// (which writes JSON). Validation, metrics and holds happen here only.
+    pub fn decide_one<R>(
+        &self,
+        req: &pb::ClassifyRequest,
+        now: UnixMillis,
+        caller: &str,
+        answer: impl FnOnce(&Decision<'_>, Option<&Hold>) -> R,
+    ) -> Result<R, Violation> {
         // One span per call at debug level: under the default `info` filter it
         // is disabled, and a disabled span costs a cached callsite check
         // instead of a registry slot and three field records per call.
         let span = tracing::debug_span!("Classify", catalog = Empty, code = Empty, verdict = Empty);
         let _entered = span.enter();
         let policy = self.policy.load();
-        let fleet = FleetCtx::new(self.fleet.as_deref(), caller);
+        let fleet = FleetCtx::new(self.fleet.as_deref(), caller, self.observer.as_deref());
         let decided = classify_one(&policy, req, now, &fleet);
         match &decided {
-            Ok((d, _, _)) => {
+            Ok((d, _)) => {
                 if !span.is_disabled() {
                     span.record("catalog", d.catalog);
                     span.record("code", d.code);
@@ -150,16 +192,7 @@ impl RetryDecisionApi {
             }
             Err(v) => tracing::debug!(field = %v.field, "invalid argument"),
         }
-        decided
-            .map(|(d, hold, budget)| {
-                let mut decision = decision_to_proto(&d);
-                decision.hold = hold.map(|h| hold_to_proto(&h, h.key.tenant()));
-                decision.budget = budget;
-                pb::ClassifyResponse {
-                    decision: Some(decision),
-                }
-            })
-            .map_err(|v| v.into_status())
+        decided.map(|(d, hold)| answer(&d, hold.as_ref()))
     }
 
     /// Decides a batch as of `now` (the synchronous body of ClassifyBatch).
@@ -178,59 +211,83 @@ impl RetryDecisionApi {
         now: UnixMillis,
         caller: &str,
     ) -> Result<pb::ClassifyBatchResponse, Status> {
-        let span = tracing::info_span!("ClassifyBatch", items = req.failures.len(), errors = Empty);
-        let _entered = span.enter();
-        metrics::histogram!(BATCH_ITEMS).record(req.failures.len() as f64);
-        if req.failures.len() > self.config.max_batch {
-            let v = Violation::new(
-                "failures".to_owned(),
-                format!(
-                    "{} items; the limit is {} (--max-batch)",
-                    req.failures.len(),
-                    self.config.max_batch
-                ),
-            );
-            tracing::debug!(field = %v.field, "invalid argument");
-            return Err(v.into_status());
-        }
-        check_locale(&req.locale).map_err(Violation::into_status)?;
-
-        let policy = self.policy.load();
-        let fleet = FleetCtx::new(self.fleet.as_deref(), caller);
-        let mut summary = pb::BatchSummary::default();
-        let mut tally = Tally::default();
+        // Refused before any storage is taken for the answer.
+        self.check_batch(req).map_err(Violation::into_status)?;
         // Slots of an earlier response: each is overwritten whole.
         let mut results = pool::take_results();
         results.truncate(req.failures.len());
-        results.reserve(req.failures.len() - results.len());
-        for (i, failure) in req.failures.iter().enumerate() {
+        results.reserve(req.failures.len().saturating_sub(results.len()));
+        let summary = self.decide_batch(req, now, caller, |i, item| {
             if i == results.len() {
                 results.push(pb::BatchResult::default());
             }
             let slot = &mut results[i];
             slot.index = u32::try_from(i).unwrap_or(u32::MAX);
-            match decide_failure(&policy, failure, &req.locale, now, &fleet, |f| {
-                format!("failures[{i}].{f}")
-            }) {
-                Ok((d, hold, budget)) => {
-                    count(&mut summary, d.verdict);
-                    tally.add(d.catalog, d.verdict);
+            match item {
+                Ok((d, hold)) => {
                     let out = match &mut slot.outcome {
                         Some(pb::batch_result::Outcome::Decision(reused)) => {
-                            decision_into_proto(&d, reused);
+                            decision_into_proto(d, reused);
                             reused
                         }
-                        other => match other.insert(pb::batch_result::Outcome::Decision(decision_to_proto(&d))) {
+                        other => match other.insert(pb::batch_result::Outcome::Decision(decision_to_proto(d))) {
                             pb::batch_result::Outcome::Decision(fresh) => fresh,
                             pb::batch_result::Outcome::Error(_) => unreachable_decision(),
                         },
                     };
-                    out.hold = hold.map(|h| hold_to_proto(&h, h.key.tenant()));
-                    out.budget = budget;
+                    out.hold = hold.map(|h| hold_to_proto(h, h.key.tenant()));
+                }
+                Err(v) => slot.outcome = Some(pb::batch_result::Outcome::Error(v.to_rpc_status())),
+            }
+        });
+        match summary {
+            Ok(summary) => Ok(pb::ClassifyBatchResponse {
+                results,
+                summary: Some(summary),
+            }),
+            Err(v) => {
+                pool::recycle_response(pb::ClassifyBatchResponse { results, summary: None });
+                Err(v.into_status())
+            }
+        }
+    }
+
+    /// Decides every failure of a batch of `caller` as of `now`, in order,
+    /// handing each item's decision (with the hold in force) or its field
+    /// error to `item`, and returns the summary: the one body of
+    /// ClassifyBatch, shared by gRPC and the HTTP door. A whole-call error
+    /// (too many items, a bad locale) comes back before any item.
+    pub fn decide_batch(
+        &self,
+        req: &pb::ClassifyBatchRequest,
+        now: UnixMillis,
+        caller: &str,
+        mut item: impl FnMut(usize, Result<(&Decision<'_>, Option<&Hold>), &Violation>),
+    ) -> Result<pb::BatchSummary, Violation> {
+        let span = tracing::info_span!("ClassifyBatch", items = req.failures.len(), errors = Empty);
+        let _entered = span.enter();
+        metrics::histogram!(BATCH_ITEMS).record(req.failures.len() as f64);
+        if let Err(v) = self.check_batch(req) {
+            tracing::debug!(field = %v.field, "invalid argument");
+            return Err(v);
+        }
+
+        let policy = self.policy.load();
+        let fleet = FleetCtx::new(self.fleet.as_deref(), caller, self.observer.as_deref());
+        let mut summary = pb::BatchSummary::default();
+        let mut tally = Tally::default();
+        for (i, failure) in req.failures.iter().enumerate() {
+            match decide_failure(&policy, failure, &req.locale, now, &fleet, |f| {
+                format!("failures[{i}].{f}")
+            }) {
+                Ok((d, hold)) => {
+                    count(&mut summary, d.verdict);
+                    tally.add(d.catalog, d.verdict);
+                    item(i, Ok((&d, hold.as_ref())));
                 }
                 Err(v) => {
                     summary.errors += 1;
-                    slot.outcome = Some(pb::batch_result::Outcome::Error(v.into_rpc_status()));
+                    item(i, Err(&v));
                 }
             }
         }
@@ -244,14 +301,26 @@ impl RetryDecisionApi {
             already_applied = summary.already_applied,
             "decided batch"
         );
-        Ok(pb::ClassifyBatchResponse {
-            results,
-            summary: Some(summary),
-        })
+        Ok(summary)
     }
 }
 
 impl RetryDecisionApi {
+    /// The whole-call limits of a batch: its size and its locale.
+    fn check_batch(&self, req: &pb::ClassifyBatchRequest) -> Result<(), Violation> {
+        if req.failures.len() > self.config.max_batch {
+            return Err(Violation::new(
+                "failures".to_owned(),
+                format!(
+                    "{} items; the limit is {} (--max-batch)",
+                    req.failures.len(),
+                    self.config.max_batch
+                ),
+            ));
+        }
+        check_locale(&req.locale)
+    }
+
     /// Lists the catalogs of the policy in force (the body of ListCatalogs),
     /// all from one policy snapshot.
     pub fn list_catalogs_now(&self, req: &pb::ListCatalogsRequest) -> Result<pb::ListCatalogsResponse, Status> {
@@ -275,14 +344,6 @@ impl RetryDecisionService for RetryDecisionApi {
 
     type WatchHoldsStream = holds::WatchStream;
 
-    async fn list_budgets(
-        &self,
-        request: Request<pb::ListBudgetsRequest>,
-    ) -> Result<Response<pb::ListBudgetsResponse>, Status> {
-        let fleet = self.fleet()?;
-        budgets::list_budgets(fleet, request.get_ref()).map(Response::new)
-    }
-
     async fn admit(&self, request: Request<pb::AdmitRequest>) -> Result<Response<pb::AdmitResponse>, Status> {
         let fleet = self.fleet()?;
         let policy = self.policy.load();
@@ -296,6 +357,14 @@ impl RetryDecisionService for RetryDecisionApi {
         let fleet = self.fleet()?;
         let policy = self.policy.load();
         holds::report_outcomes(fleet, &policy, request.get_ref()).map(Response::new)
+    }
+
+    async fn list_budgets(
+        &self,
+        request: Request<pb::ListBudgetsRequest>,
+    ) -> Result<Response<pb::ListBudgetsResponse>, Status> {
+        let fleet = self.fleet()?;
+        budgets::list_budgets(fleet, request.get_ref()).map(Response::new)
     }
 
     async fn list_holds(
@@ -313,9 +382,7 @@ impl RetryDecisionService for RetryDecisionApi {
     ) -> Result<Response<pb::ReleaseHoldResponse>, Status> {
         let fleet = self.fleet()?;
         if !self.operators.allows(&request) {
-            return Err(Status::permission_denied(
-                "ReleaseHold is for operators: a bearer token (--operator-token-file) or a client certificate in --operator-identities",
-            ));
+            return Err(holds::release_denied());
         }
         holds::release_hold(fleet, request.get_ref()).map(Response::new)
     }
@@ -370,11 +437,13 @@ impl RetryDecisionService for RetryDecisionApi {
     }
 }
 
-/// One field violation, named as the client sees it.
-#[derive(Debug)]
-struct Violation {
-    field: String,
-    description: String,
+/// One field violation, named as the client sees it (INVALID_ARGUMENT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The field's path in the request, e.g. `failure.code` or `failures[3].catalog`.
+    pub field: String,
+    /// What is wrong with it.
+    pub description: String,
 }
 
 impl Violation {
@@ -382,12 +451,13 @@ impl Violation {
         Violation { field, description }
     }
 
-    fn message(&self) -> String {
+    /// `field: description`, the status message.
+    pub fn message(&self) -> String {
         format!("{}: {}", self.field, self.description)
     }
 
     /// INVALID_ARGUMENT with a BadRequest detail, for a whole call.
-    fn into_status(self) -> Status {
+    pub fn into_status(self) -> Status {
         let message = self.message();
         Status::with_error_details(
             Code::InvalidArgument,
@@ -397,10 +467,12 @@ impl Violation {
     }
 
     /// The same as a `google.rpc.Status` message, for one batch item.
-    fn into_rpc_status(self) -> tonic_types::Status {
+    fn to_rpc_status(&self) -> tonic_types::Status {
         let message = self.message();
-        let bad_request =
-            tonic_types::pb::BadRequest::from(tonic_types::BadRequest::with_violation(self.field, self.description));
+        let bad_request = tonic_types::pb::BadRequest::from(tonic_types::BadRequest::with_violation(
+            self.field.clone(),
+            self.description.clone(),
+        ));
         tonic_types::Status {
             code: Code::InvalidArgument as i32,
             message,
@@ -428,7 +500,7 @@ fn classify_one<'a>(
     req: &'a pb::ClassifyRequest,
     now: UnixMillis,
     fleet: &FleetCtx<'_>,
-) -> Result<Decided<'a>, Violation> {
+) -> Result<(Decision<'a>, Option<Hold>), Violation> {
     check_locale(&req.locale)?;
     let Some(failure) = &req.failure else {
         return Err(Violation::new("failure".to_owned(), "is required".to_owned()));
@@ -436,18 +508,20 @@ fn classify_one<'a>(
     decide_failure(policy, failure, &req.locale, now, fleet, |f| format!("failure.{f}"))
 }
 
-/// A decision with the hold in force on its scope and where its retry budget stands.
-type Decided<'a> = (Decision<'a>, Option<Hold>, Option<pb::RetryBudget>);
-
 /// The fleet memory a call decides with, and who is calling.
 struct FleetCtx<'f> {
     fleet: Option<&'f Fleet>,
     caller: &'f str,
+    observer: Option<&'f dyn DecisionObserver>,
 }
 
 impl<'f> FleetCtx<'f> {
-    fn new(fleet: Option<&'f Fleet>, caller: &'f str) -> Self {
-        FleetCtx { fleet, caller }
+    fn new(fleet: Option<&'f Fleet>, caller: &'f str, observer: Option<&'f dyn DecisionObserver>) -> Self {
+        FleetCtx {
+            fleet,
+            caller,
+            observer,
+        }
     }
 }
 
@@ -465,13 +539,28 @@ fn decide_failure<'a>(
     now: UnixMillis,
     ctx: &FleetCtx<'_>,
     name: impl Fn(&str) -> String,
-) -> Result<Decided<'a>, Violation> {
+) -> Result<(Decision<'a>, Option<Hold>), Violation> {
     let f = failure_from_proto(failure, locale);
-    limits::check(&f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))?;
+    let decided = decide_checked(policy, failure, &f, now, ctx, name);
+    if let (Some(observer), Ok((d, hold))) = (ctx.observer, &decided) {
+        observer.observe(&f, d, hold.as_ref(), now);
+    }
+    decided
+}
+
+fn decide_checked<'a>(
+    policy: &'a Policy,
+    failure: &pb::Failure,
+    f: &crate::core::Failure<'a>,
+    now: UnixMillis,
+    ctx: &FleetCtx<'_>,
+    name: impl Fn(&str) -> String,
+) -> Result<(Decision<'a>, Option<Hold>), Violation> {
+    limits::check(f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))?;
     let unknown_catalog = |e: DecideError| match e {
         DecideError::UnknownCatalog { .. } => Violation::new(name("catalog"), e.to_string()),
     };
-    let mut d = decide(policy, &f, now).map_err(unknown_catalog)?;
+    let mut d = decide(policy, f, now).map_err(unknown_catalog)?;
     // A Timestamp outside 0001-01-01..9999-12-31 (or with bad nanos) is
     // clamped on the way in and out: say so rather than clamp silently.
     let stamps = [failure.deadline.as_ref(), failure.quota_resets_at.as_ref()];
@@ -488,7 +577,7 @@ fn decide_failure<'a>(
         d.warnings.add(Warning::TimestampOutOfRange);
     }
     let Some(fleet) = ctx.fleet else {
-        return Ok((d, None, None));
+        return Ok((d, None));
     };
     if !f.probe_token.is_empty() {
         // A probe that failed: the circuit stays open until its next slot.
@@ -503,17 +592,18 @@ fn decide_failure<'a>(
         .filter(|_| d.retry.retryable)
         .map(|h| Fleet::retry_floor(h, now));
     let d = match hold_floor {
-        Some(floor) => decide_held(policy, &f, now, Some(floor)).map_err(unknown_catalog)?,
+        Some(floor) => decide_held(policy, f, now, Some(floor)).map_err(unknown_catalog)?,
         None => d,
     };
-    let (mut d, budget) = budgets::apply(policy, fleet, &f, d, hold_floor, now).map_err(unknown_catalog)?;
+    // The fleet retry budget judges what is still a retry (see grpc::budgets).
+    let mut d = budgets::apply(policy, fleet, f, d, hold_floor, now).map_err(unknown_catalog)?;
     if rate_limited {
         d.warnings.add(Warning::HoldRateLimited);
     }
     if out_of_range {
         d.warnings.add(Warning::TimestampOutOfRange);
     }
-    Ok((d, hold, budget))
+    Ok((d, hold))
 }
 
 fn count(summary: &mut pb::BatchSummary, verdict: Verdict) {

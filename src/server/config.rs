@@ -99,9 +99,26 @@ pub struct ServeArgs {
     /// Needs `--tls-cert`.
     #[arg(long, env = "RETRYD_TLS_CLIENT_CA", value_name = "PEM", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Serve the HTTP/JSON door (`/v1/*`, `/healthz`, `/readyz`) on the
+    /// gRPC port, routed by path; `false`: gRPC only.
+    #[arg(long, env = "RETRYD_HTTP", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub http: bool,
+    /// An origin (e.g. `https://dash.example.com`) whose browser pages may
+    /// call the HTTP/JSON door (CORS); repeatable or comma-separated; `*`
+    /// allows any. None: CORS off.
+    #[arg(
+        long = "http-cors-origin",
+        value_name = "ORIGIN",
+        env = "RETRYD_HTTP_CORS_ORIGIN",
+        value_delimiter = ','
+    )]
+    pub http_cors_origin: Vec<String>,
     /// Fleet memory: where holds live and who manages them.
     #[command(flatten)]
     pub fleet: super::fleet::FleetArgs,
+    /// Shadow policy and decision log.
+    #[command(flatten)]
+    pub tap: super::tap::TapArgs,
 }
 
 /// Default of `--max-concurrent-calls`: far above what two cores answer

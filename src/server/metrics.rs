@@ -97,6 +97,13 @@ pub fn install() -> PrometheusHandle {
                 Ok(b) => b,
                 Err(_) => PrometheusBuilder::new(),
             };
+            let builder = match builder.set_buckets_for_metric(
+                Matcher::Full(crate::http::door::DURATION_SECONDS.into()),
+                SECONDS_BUCKETS,
+            ) {
+                Ok(b) => b,
+                Err(_) => PrometheusBuilder::new(),
+            };
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_err() {
@@ -268,6 +275,13 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if crate::http::is_http_path(req.uri().path()) {
+            // Counted by the HTTP door (http_server_requests_total).
+            return MeteredFuture {
+                inner: self.inner.call(req),
+                pending: Pending(None),
+            };
+        }
         let (service, method) = method_labels(req.uri().path());
         metrics::counter!(STARTED_TOTAL, "grpc_service" => service, "grpc_method" => method).increment(1);
         let pending = Pending(Some(CallLabels {

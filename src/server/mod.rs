@@ -10,7 +10,9 @@
 //!   client may send and hold (gRPC wire rules, call slots, buffered bytes,
 //!   stalled answers);
 //! - [`mod@reload`]: `--policy` loading and hot reload (SIGHUP, file watch);
-//! - [`health_probe`]: `retryd health`.
+//! - [`health_probe`]: `retryd health`;
+//! - [`tap`], [`shadow`], [`decision_log`]: `--shadow-policy` and
+//!   `--decision-log`, fed by the service's decision observer.
 //!
 //! Exit codes of `retryd serve`: 0 after a graceful stop (SIGTERM/SIGINT),
 //! 1 when the server cannot start or fails (e.g. the address is in use) or
@@ -22,17 +24,21 @@
 pub mod admission;
 pub mod answer;
 pub mod config;
+pub mod decision_log;
 pub mod fleet;
 pub mod health_probe;
 pub mod ledger;
 pub mod logging;
 pub mod message_limit;
 pub mod metrics;
+pub mod observe;
 pub mod overload;
 pub mod panic;
 pub mod reload;
 pub mod run;
+pub mod shadow;
 pub mod shutdown;
+pub mod tap;
 pub mod tls;
 pub mod wire;
 
@@ -120,11 +126,18 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         }
     };
     let handle = Arc::new(ArcSwap::from_pointee(policy));
+    let mut observing = observe::Observing::default();
     let result = runtime.block_on(async {
         // The recorder first, so the policy metrics land in it; SIGHUP is
         // handled before the server listens.
         metrics::install();
+        // After the recorder, so the shadow's and the log's counters land in it.
+        observing = observe::build(&args).map_err(ServerError::Config)?;
         let _reload = reload::start(reload::Reloader::new(source, Arc::clone(&handle)), args.policy_watch);
+        let _shadow_reload = observing
+            .shadow_reloader
+            .take()
+            .map(|r| reload::start(r, args.policy_watch));
         let (fleet, operators) = match fleet::build(&args.fleet) {
             Ok(built) => built,
             Err(e) => return Err(ServerError::Config(e)),
@@ -132,7 +145,10 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
         fleet.spawn_upkeep(Duration::from_millis(500));
         let signals = shutdown::Signals::listen();
-        let server = BoundServer::bind(config, handle).await?.with_fleet(fleet, operators);
+        let mut server = BoundServer::bind(config, handle).await?.with_fleet(fleet, operators);
+        if let Some(tap) = observing.tap.take() {
+            server = server.with_observer(tap);
+        }
         tokio::select! {
             result = server.serve(signals.received(1)) => result.map(|()| Stopped::Gracefully),
             () = signals.received(2) => Ok(Stopped::Forced),
@@ -140,6 +156,8 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     });
     // Calls abandoned after the grace period must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));
+    // The decision log's last lines: its queue's senders are gone with the service.
+    observing.finish(Duration::from_secs(5));
     match result {
         Ok(Stopped::Gracefully) => ExitCode::SUCCESS,
         Ok(Stopped::Forced) => {

@@ -139,6 +139,8 @@ pub struct Reloader {
     handle: PolicyHandle,
     /// The latest reload was refused (so an unchanged one is a recovery).
     refused_last: Arc<AtomicBool>,
+    /// Reloads `--shadow-policy`: logged as such, not counted in the live policy's metrics.
+    shadow: bool,
 }
 
 impl Reloader {
@@ -155,6 +157,19 @@ impl Reloader {
             source: Arc::new(source),
             handle,
             refused_last: Arc::new(AtomicBool::new(false)),
+            shadow: false,
+        }
+    }
+
+    /// A reloader of the shadow policy (`--shadow-policy`): it reloads like
+    /// the live one, logs `shadow policy reload: …` and leaves the live
+    /// policy's metrics alone.
+    pub fn for_shadow(source: PolicySource, handle: PolicyHandle) -> Self {
+        Reloader {
+            source: Arc::new(source),
+            handle,
+            refused_last: Arc::new(AtomicBool::new(false)),
+            shadow: true,
         }
     }
 
@@ -219,6 +234,24 @@ impl Reloader {
     /// error line per problem) — and counts it.
     fn record(&self, trigger: Trigger, outcome: &ReloadOutcome) {
         let trigger = trigger.as_str();
+        if self.shadow {
+            match outcome {
+                ReloadOutcome::Swapped { to, .. } => tracing::info!(trigger, "shadow policy reload: applied {to}"),
+                ReloadOutcome::Unchanged(v) => {
+                    tracing::info!(trigger, "shadow policy reload: unchanged; {v} stays in force")
+                }
+                ReloadOutcome::Refused(errors) => {
+                    for e in errors {
+                        tracing::error!(trigger, "shadow policy reload refused: {e}");
+                    }
+                    tracing::info!(
+                        trigger,
+                        "shadow policy reload: refused; the previous shadow policy keeps deciding"
+                    );
+                }
+            }
+            return;
+        }
         match outcome {
             ReloadOutcome::Swapped { from, to } => {
                 self.refused_last.store(false, Ordering::Relaxed);

@@ -23,6 +23,7 @@ use super::wire::WireLayer;
 use crate::fleet::Fleet;
 use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
 use crate::grpc::{Operators, PolicyHandle, RetryDecisionApi, SERVICE_NAME, ServiceConfig};
+use crate::http::{HttpConfig, HttpDoor};
 
 /// What the server needs beyond the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +54,8 @@ pub struct ServerConfig {
     pub stall_timeout: Duration,
     /// TLS (and mutual TLS) settings; `None`: plaintext.
     pub tls: Option<ServerTls>,
+    /// The HTTP/JSON door on the same port; `None`: gRPC only (`--http false`).
+    pub http: Option<HttpConfig>,
 }
 
 /// Server HTTP/2 PING interval on an idle connection, and how long the
@@ -82,6 +85,11 @@ impl ServerConfig {
             first_message_timeout: args.first_message_timeout,
             stall_timeout: args.stall_timeout,
             tls: None,
+            http: args.http.then(|| HttpConfig {
+                max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
+                first_message_timeout: args.first_message_timeout,
+                cors_origins: args.http_cors_origin.clone(),
+            }),
         }
     }
 }
@@ -137,9 +145,16 @@ pub struct BoundServer {
     policy: PolicyHandle,
     config: ServerConfig,
     fleet: Option<(Arc<Fleet>, Operators)>,
+    observer: Option<Arc<dyn crate::safety::observe::DecisionObserver>>,
 }
 
 impl BoundServer {
+    /// Shows every decision to `observer` (shadow policy, decision log).
+    pub fn with_observer(mut self, observer: Arc<dyn crate::safety::observe::DecisionObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Serves with fleet memory (holds, Admit and the hold RPCs).
     pub fn with_fleet(mut self, fleet: Arc<Fleet>, operators: Operators) -> Self {
         self.fleet = Some((fleet, operators));
@@ -152,7 +167,9 @@ impl BoundServer {
         let mut builder = tonic::transport::Server::builder()
             .max_concurrent_streams(config.max_streams_per_connection)
             .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT));
+            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
+            // The HTTP/JSON door takes HTTP/1.1 too (gRPC stays HTTP/2).
+            .accept_http1(config.http.is_some());
         if let Some(tls) = &config.tls {
             builder = builder.tls_config(tls.load()?).map_err(ServerError::TlsConfig)?;
         }
@@ -189,6 +206,7 @@ impl BoundServer {
             policy,
             config,
             fleet: None,
+            observer: None,
         })
     }
 
@@ -215,6 +233,7 @@ impl BoundServer {
             policy,
             config,
             fleet,
+            observer,
         } = self;
         let prometheus = metrics::install();
         let _metrics_upkeep = AbortOnDrop(tokio::spawn(metrics::upkeep(prometheus.clone())));
@@ -226,6 +245,8 @@ impl BoundServer {
         let (mut reporter, health) = tonic_health::server::health_reporter();
         reporter.set_service_status("", ServingStatus::Serving).await;
         reporter.set_service_status(SERVICE_NAME, ServingStatus::Serving).await;
+        // The HTTP door's /healthz and /readyz read the same statuses.
+        let door_health = reporter.clone();
 
         let reflection_v1 = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::grpc::FILE_DESCRIPTOR_SET)
@@ -246,6 +267,10 @@ impl BoundServer {
         if let Some((fleet, operators)) = fleet {
             api = api.with_fleet(fleet, operators, draining_seen);
         }
+        if let Some(observer) = observer {
+            api = api.with_observer(observer);
+        }
+        let http_api = api.clone();
         let api = RetryDecisionServiceServer::new(api).max_decoding_message_size(config.max_message_bytes);
 
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
@@ -273,6 +298,12 @@ impl BoundServer {
             bytes_per_connection: config.max_buffered_bytes_per_connection,
         });
         let stalls = Stalls::new();
+        // The door takes its tickets from the same ledger as gRPC calls, and
+        // its answers are watched for stalls like theirs.
+        let door = config
+            .http
+            .clone()
+            .map(|http| HttpDoor::new(http_api, door_health, http, Arc::clone(&ledger), stalls.clone()));
         let _stall_sweeper = AbortOnDrop(tokio::spawn(stalls.clone().sweep(config.stall_timeout)));
         let admission = AdmissionLayer::new(
             ledger,
@@ -290,19 +321,33 @@ impl BoundServer {
             Some(_) => tracing::info!("listening on {grpc_addr} (TLS)"),
             None => tracing::info!("listening on {grpc_addr}"),
         }
+        if door.is_some() {
+            tracing::info!("HTTP/JSON on the same port: /v1/*, /healthz, /readyz (OpenAPI at /v1/openapi.json)");
+        }
         let incoming = TcpIncoming::from(grpc)
             .with_nodelay(Some(true))
             .with_keepalive(Some(TCP_KEEPALIVE));
+        let mut routes = tonic::service::Routes::builder();
+        routes
+            .add_service(health)
+            .add_service(api)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha);
+        let mut router = routes.routes().into_axum_router();
+        if let Some(door) = door {
+            // Routed by path: the door's paths (crate::http::is_http_path) here, gRPC's to tonic.
+            router = router
+                .route_service("/v1/{*rest}", door.clone())
+                .route_service("/healthz", door.clone())
+                .route_service("/readyz", door);
+        }
         let server = builder
             .layer(GrpcMetricsLayer)
             .layer(WireLayer)
             .layer(admission)
             .layer(MessageLimitLayer::new(config.max_message_bytes))
             .layer(CatchPanicLayer)
-            .add_service(health)
-            .add_service(api)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
+            .add_routes(tonic::service::Routes::from(router).prepare())
             .serve_with_incoming_shutdown(incoming, signal);
         tokio::pin!(server);
 

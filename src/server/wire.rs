@@ -1,5 +1,6 @@
 //! The request rules of gRPC over HTTP/2 (PROTOCOL-HTTP2.md) that tonic
-//! leaves to the application, checked before anything else:
+//! leaves to the application, checked before anything else on every path
+//! but the HTTP/JSON door's ([`crate::http::is_http_path`]):
 //!
 //! - a method other than POST: HTTP 405 (with `Allow: POST`);
 //! - a content-type other than `application/grpc` or
@@ -45,6 +46,12 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if crate::http::is_http_path(req.uri().path()) {
+            // The HTTP/JSON door's routes: JSON, GET and DELETE are theirs.
+            return futures_like::Either::Inner {
+                future: self.inner.call(req),
+            };
+        }
         match check(req.method(), req.headers()) {
             Ok(()) => futures_like::Either::Inner {
                 future: self.inner.call(req),

@@ -250,6 +250,21 @@ pub struct Standing {
     pub room_at: UnixMillis,
 }
 
+/// A scope's standing as a decision reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetView {
+    /// `d:<catalog>:<dependency>` or `t:<catalog>:<dependency>:h:<hex>` (tenant hashed).
+    pub scope_key: String,
+    /// First attempts in the window.
+    pub requests: u64,
+    /// Retries in the window, this decision's included.
+    pub retries: u64,
+    /// Retries allowed in the window.
+    pub allowed: u64,
+    /// When the window starts.
+    pub window_start: UnixMillis,
+}
+
 /// Judges a scope whose window (ending with `now`'s bucket) holds
 /// `buckets` (oldest first). `None` when no first attempt was ever recorded
 /// in the window: retryd does not know its traffic, so it is not budgeted.

@@ -87,6 +87,10 @@ pub struct CatalogSource {
     /// Fleet retry budgets (`[[budgets]]`).
     #[serde(default)]
     pub budgets: Field<Vec<super::budgets::BudgetSource>>,
+    /// Policy test cases kept in the catalog file (`[[tests]]`), read by
+    /// `retryd policy test`, not by the catalog compiler.
+    #[serde(default)]
+    pub tests: Field<toml::Value>,
     /// Keys the format does not have.
     #[serde(flatten)]
     pub unknown_keys: UnknownKeys,
@@ -109,6 +113,7 @@ impl CatalogSource {
         "max_delay_ms",
         "quota",
         "budgets",
+        "tests",
     ];
 }
 

@@ -242,6 +242,7 @@ pub fn decide_floored<'a>(
         terminal_state: d.terminal_state,
         warnings,
         hold_plan,
+        budget: None,
     })
 }
 

@@ -1,0 +1,111 @@
+//! Builds the shadow policy and the decision log from `retryd serve`'s
+//! flags (see [`super::tap::TapArgs`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use super::config::ServeArgs;
+use super::decision_log::{self, DECISION_LOG_DROPPED_TOTAL, LogConfig};
+use super::reload::{self, PolicySource, Reloader};
+use super::shadow::{self, SHADOW_DROPPED_TOTAL};
+use super::tap::{Lane, Tap};
+use crate::safety::record::Hasher;
+
+/// What `serve` runs beside the service for `--shadow-policy` and `--decision-log`.
+#[derive(Debug, Default)]
+pub struct Observing {
+    /// The observer to install (none when both are off).
+    pub tap: Option<Arc<Tap>>,
+    /// Reloads the shadow policy (started inside the runtime).
+    pub shadow_reloader: Option<Reloader>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Observing {
+    /// Waits up to `within` for the writer threads to drain and stop (their
+    /// queues close when the service is gone).
+    pub fn finish(mut self, within: Duration) {
+        drop(self.tap.take());
+        let deadline = Instant::now() + within;
+        while self.threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for t in self.threads.drain(..).filter(|t| t.is_finished()) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Loads the shadow policy and opens the decision log; an error is the configuration's (exit 2).
+pub fn build(args: &ServeArgs) -> Result<Observing, String> {
+    let t = &args.tap;
+    let mut out = Observing::default();
+    let mut tap = Tap {
+        shadow: None,
+        log: None,
+    };
+    if !t.shadow_policy.is_empty() {
+        let source = PolicySource {
+            paths: t.shadow_policy.clone(),
+            default_catalog: args.default_catalog.clone(),
+            max_file_bytes: args.max_policy_bytes,
+        };
+        let policy = source.load().map_err(|e| {
+            format!(
+                "--shadow-policy: {}",
+                reload::error_lines(&e).join("\n--shadow-policy: ")
+            )
+        })?;
+        tracing::info!(shadow_policy_version = policy.version(), paths = ?source.paths, "shadow policy loaded");
+        let handle = Arc::new(ArcSwap::from_pointee(policy));
+        let (lane, rx) = Lane::new(t.shadow_queue as usize, SHADOW_DROPPED_TOTAL);
+        out.threads
+            .push(shadow::spawn(Arc::clone(&handle), rx).map_err(|e| format!("--shadow-policy: {e}"))?);
+        out.shadow_reloader = Some(Reloader::for_shadow(source, handle));
+        tap.shadow = Some(lane);
+    }
+    if let Some(dest) = &t.decision_log {
+        let to_stderr = dest == "stderr";
+        let sample = t.decision_log_sample.unwrap_or(if to_stderr { 0.01 } else { 1.0 });
+        if !(0.0..=1.0).contains(&sample) {
+            return Err(format!("--decision-log-sample: {sample} is not between 0 and 1"));
+        }
+        let hasher = if t.decision_log_raw {
+            Hasher::raw()
+        } else {
+            match &t.decision_log_key_file {
+                Some(p) => {
+                    let key = std::fs::read(p).map_err(|e| format!("--decision-log-key-file: {}: {e}", p.display()))?;
+                    let key = key.trim_ascii();
+                    if key.len() < 16 {
+                        return Err("--decision-log-key-file: the key must be at least 16 bytes".to_owned());
+                    }
+                    Hasher::keyed(key)
+                }
+                None => {
+                    tracing::warn!(
+                        "--decision-log without --decision-log-key-file: tenants, keys and request ids are hashed with a random key of this process (hashes differ across restarts and replicas)"
+                    );
+                    Hasher::keyed(&rand::random::<[u8; 32]>())
+                }
+            }
+        };
+        let config = LogConfig {
+            path: (!to_stderr).then(|| std::path::PathBuf::from(dest)),
+            max_bytes: t.decision_log_max_bytes,
+            keep: t.decision_log_keep,
+            hasher,
+        };
+        let (lane, rx) = Lane::new(t.decision_log_queue as usize, DECISION_LOG_DROPPED_TOTAL);
+        out.threads
+            .push(decision_log::spawn(config, rx).map_err(|e| format!("--decision-log: {dest}: {e}"))?);
+        tracing::info!(to = %dest, sample, raw = t.decision_log_raw, "decision log on");
+        tap.log = Some((lane, sample));
+    }
+    if tap.shadow.is_some() || tap.log.is_some() {
+        out.tap = Some(Arc::new(tap));
+    }
+    Ok(out)
+}

@@ -1,0 +1,236 @@
+//! End to end: a server with a shadow policy that flips one code (vibecode
+//! BITRIX_TIMEOUT on a write: `state_verification_required` →
+//! `retry_with_limit`) and a decision log, under a bounded load of a mix of
+//! failures (some of them placing fleet holds). The shadow reports exactly
+//! the expected disagreements; the log has one line per decision answered
+//! and replays to zero changes under the live policy and to exactly the
+//! flipped decisions under the shadow one.
+
+mod grpc_support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use grpc_support::{Server, TempDir, eventually, failure, sample};
+use retryd::grpc::pb;
+
+/// Client tasks, and calls each makes.
+const CLIENTS: usize = 4;
+const CALLS_EACH: usize = 250;
+
+fn flipped_vibecode() -> String {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/policies/vibecode.toml")).unwrap();
+    let needle = "code = \"BITRIX_TIMEOUT\"";
+    let (head, tail) = text.split_once(needle).unwrap();
+    let tail = tail.replacen(
+        "write = { verdict = \"state_verification_required\" }",
+        "write = { verdict = \"retry_with_limit\" }",
+        1,
+    );
+    format!("{head}{needle}{tail}")
+}
+
+/// The mix: index 0 is the flipped decision.
+fn mix() -> Vec<pb::Failure> {
+    use pb::OperationKind::{Read, Write};
+    let mut paused = failure("vibecode", "QUEUE_OVERFLOW", Write);
+    paused.dependency = "portal-1".into();
+    paused.retry_after = "5".into();
+    let mut quota = failure("frontspin", "RATE_LIMITED", Write);
+    quota.tenant = "acme".into();
+    quota.dependency = "frontspin-eu".into();
+    let mut keyed = failure("vibecode", "BITRIX_TIMEOUT", Read);
+    keyed.idempotency_key = "deal-42".into();
+    keyed.request_id = "req-1".into();
+    vec![
+        failure("vibecode", "BITRIX_TIMEOUT", Write),
+        keyed,
+        paused,
+        quota,
+        failure("vibecode", "TOKEN_REFRESH_FAILED", Write),
+        failure("grpc", "UNAVAILABLE", Read),
+    ]
+}
+
+fn replay(log: &std::path::Path, policy: &str) -> (Option<i32>, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_retryd"))
+        .args(["replay", log.to_str().unwrap(), "--policy", policy, "--format", "json"])
+        .output()
+        .unwrap();
+    let json =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), json)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_disagreements_and_a_complete_log_that_replays() {
+    let dir = TempDir::new("shadow");
+    let shadow_dir = dir.join("shadow");
+    std::fs::create_dir_all(&shadow_dir).unwrap();
+    std::fs::write(shadow_dir.join("vibecode.toml"), flipped_vibecode()).unwrap();
+    std::fs::write(dir.join("log.key"), "a-decision-log-key-of-32-characters").unwrap();
+    let log = dir.join("decisions.jsonl");
+    let server = Server::start(&[
+        "--shadow-policy",
+        shadow_dir.to_str().unwrap(),
+        "--decision-log",
+        log.to_str().unwrap(),
+        "--decision-log-key-file",
+        dir.join("log.key").to_str().unwrap(),
+    ]);
+
+    let mix = mix();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let mut client = server.client().await;
+        let mix = mix.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut flipped = 0u64;
+            for i in 0..CALLS_EACH {
+                let k = (i + c) % mix.len();
+                let answer = client
+                    .classify(pb::ClassifyRequest {
+                        failure: Some(mix[k].clone()),
+                        locale: String::new(),
+                    })
+                    .await
+                    .expect("classify");
+                let d = answer.into_inner().decision.expect("decision");
+                if k == 0 {
+                    // Callers always get the live answer.
+                    assert_eq!(d.verdict, pb::Verdict::StateVerificationRequired as i32);
+                    flipped += 1;
+                }
+            }
+            flipped
+        }));
+    }
+    let mut flipped = 0;
+    for t in tasks {
+        flipped += t.await.unwrap();
+    }
+    let total = (CLIENTS * CALLS_EACH) as f64;
+
+    let scrape = eventually(
+        Duration::from_secs(10),
+        "the shadow compared every decision",
+        || async {
+            let s = server.scrape();
+            (sample(&s, "retryd_shadow_decisions_total") == Some(total)).then_some(s)
+        },
+    )
+    .await;
+    let series: Vec<&str> = scrape
+        .lines()
+        .filter(|l| l.starts_with("retryd_shadow_disagreements_total{"))
+        .collect();
+    let expected = flipped as f64;
+    for field in ["verdict", "safe", "reconciliation_action"] {
+        let s = format!("retryd_shadow_disagreements_total{{catalog=\"vibecode\",field=\"{field}\"}}");
+        assert_eq!(sample(&scrape, &s), Some(expected), "{field}: {series:?}");
+    }
+    assert_eq!(series.len(), 3, "only the flipped fields disagree: {series:?}");
+    assert_eq!(sample(&scrape, "retryd_shadow_dropped_total"), Some(0.0));
+    assert!(server.log().contains("shadow policy disagrees"));
+
+    // The log: one line per decision answered, hashed, versioned.
+    let text = eventually(Duration::from_secs(10), "every decision logged", || async {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        (t.lines().count() as f64 == total).then_some(t)
+    })
+    .await;
+    assert!(!text.contains("acme") && !text.contains("deal-42") && !text.contains("req-1"));
+    assert!(text.lines().all(|l| l.starts_with("{\"v\":1,")));
+    assert_eq!(sample(&server.scrape(), "retryd_decision_log_dropped_total"), Some(0.0));
+
+    let (code, same) = replay(&log, "embedded");
+    assert_eq!((code, same["decisions"].as_f64()), (Some(0), Some(total)), "{same}");
+    assert_eq!(same["changed"], 0, "{same}");
+    let (code, changed) = replay(&log, shadow_dir.to_str().unwrap());
+    assert_eq!(code, Some(1), "{changed}");
+    assert_eq!(changed["changed"].as_u64(), Some(flipped), "{changed}");
+    assert_eq!(changed["unsafe"].as_u64(), Some(flipped), "{changed}");
+    assert_eq!(
+        changed["codes"]["vibecode BITRIX_TIMEOUT"]["fields"]["verdict"].as_u64(),
+        Some(flipped),
+        "{changed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_log_queue_drops_and_counts_never_blocks() {
+    let dir = TempDir::new("dlog-overload");
+    let log = dir.join("decisions.jsonl");
+    let server = Server::start(&[
+        "--decision-log",
+        log.to_str().unwrap(),
+        "--decision-log-queue",
+        "1",
+        "--decision-log-raw",
+    ]);
+    let mut client = server.client().await;
+    let batch = pb::ClassifyBatchRequest {
+        failures: vec![failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write); 1000],
+        locale: String::new(),
+    };
+    for _ in 0..20 {
+        client.classify_batch(batch.clone()).await.expect("batch answered");
+    }
+    let scrape = eventually(Duration::from_secs(10), "lines + drops = decisions", || async {
+        let s = server.scrape();
+        let lines = sample(&s, "retryd_decision_log_lines_total")?;
+        let dropped = sample(&s, "retryd_decision_log_dropped_total")?;
+        (lines + dropped == 20_000.0).then_some(s)
+    })
+    .await;
+    assert!(
+        sample(&scrape, "retryd_decision_log_dropped_total").unwrap() > 0.0,
+        "{scrape}"
+    );
+}
+
+#[test]
+fn a_shadow_policy_that_does_not_load_exits_2() {
+    let dir = TempDir::new("shadow-bad");
+    std::fs::write(dir.join("bad.toml"), "name = \"x\"\nmax_attemps = 3\n").unwrap();
+    let (status, log) = grpc_support::serve_expecting_exit(&["--shadow-policy", dir.as_str()]);
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.contains("--shadow-policy") && log.contains("bad.toml:2"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shadow_policy_is_hot_reloaded() {
+    let dir = TempDir::new("shadow-reload");
+    let original = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/policies/vibecode.toml")).unwrap();
+    std::fs::write(dir.join("vibecode.toml"), &original).unwrap();
+    let server = Server::start(&["--shadow-policy", dir.as_str()]);
+    server.until_logged(&["shadow policy loaded", "listening on"]).await;
+    let mut client = server.client().await;
+    let request = pb::ClassifyRequest {
+        failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+        locale: String::new(),
+    };
+    client.classify(request.clone()).await.expect("classify");
+    std::fs::write(dir.join("vibecode.toml"), flipped_vibecode()).unwrap();
+    server.until_logged(&["shadow policy reload: applied"]).await;
+    client.classify(request).await.expect("classify");
+    let scrape = eventually(Duration::from_secs(10), "both decisions compared", || async {
+        let s = server.scrape();
+        (sample(&s, "retryd_shadow_decisions_total") == Some(2.0)).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        sample(
+            &scrape,
+            "retryd_shadow_disagreements_total{catalog=\"vibecode\",field=\"verdict\"}"
+        ),
+        Some(1.0),
+        "only the decision after the reload disagrees"
+    );
+    // the shadow's reload is not counted as the live policy's
+    assert_eq!(
+        sample(&scrape, "retryd_policy_reload_total{result=\"ok\"}"),
+        Some(0.0),
+        "{scrape}"
+    );
+}
