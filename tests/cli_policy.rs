@@ -165,3 +165,28 @@ fn check_of_a_folder_without_catalogs_says_so_and_exits_1() {
     assert!(out.stdout.is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn check_validates_budgets_and_matrix_lists_them() {
+    let dir = temp_dir("budgets");
+    let bad = vibecode().replace("window = \"10s\"", "window = \"3w\"").replace(
+        "retry_percent = 20\nmin_retries_per_sec = 10",
+        "retry_percent = 120\nmin_retries_per_sec = 10\nburst = 3",
+    );
+    std::fs::write(dir.join("vibecode.toml"), bad).unwrap();
+    let out = retryd(&["policy", "check", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("budgets: unknown field `burst`"), "{err}");
+    let fixed = vibecode().replace("window = \"10s\"", "window = \"3w\"");
+    std::fs::write(dir.join("vibecode.toml"), fixed).unwrap();
+    let err = String::from_utf8_lossy(&retryd(&["policy", "check", dir.to_str().unwrap()]).stderr).into_owned();
+    assert!(err.contains("budgets[0].window: \"3w\" is not a window"), "{err}");
+    let out = retryd(&["policy", "matrix", "--catalog", "frontspin"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("- per tenant of a dependency: retries at most 20 % of 500 requests per 1 d"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -54,7 +54,11 @@ fn failures(catalog: &str, codes: &[String]) -> Vec<pb::Failure> {
                 for (attempt, max_attempts) in [(1, 0), (u32::MAX, 2)] {
                     for retry_after in [String::new(), "9".repeat(MAX_RETRY_AFTER), "x".repeat(MAX_RETRY_AFTER)] {
                         for upstream in &upstreams {
-                            for cannot_verify in [false, true] {
+                            for (cannot_verify, open_ended) in
+                                [(false, false), (true, false), (false, true), (true, true)]
+                            {
+                                // Open-ended: no Retry-After and no deadline, so retries stay
+                                // retries and carry the fleet retry budget.
                                 out.push(pb::Failure {
                                     catalog: catalog.to_owned(),
                                     code: code.clone(),
@@ -64,8 +68,8 @@ fn failures(catalog: &str, codes: &[String]) -> Vec<pb::Failure> {
                                     attempt,
                                     max_attempts,
                                     retry_after: retry_after.clone(),
-                                    retry_after_ms: Some(u64::MAX),
-                                    deadline: Some(prost_types::Timestamp {
+                                    retry_after_ms: (!open_ended).then_some(u64::MAX),
+                                    deadline: (!open_ended).then_some(prost_types::Timestamp {
                                         seconds: 1_780_000_000 + 3600,
                                         nanos: 999_999_999,
                                     }),
@@ -113,6 +117,17 @@ fn the_default_batch_answer_fits_the_clients_receive_limit() {
         },
         ..FleetConfig::default()
     });
+    // First attempts recorded for the scopes of the failures below, so that
+    // results also carry the retry budget (scope key at its longest) and,
+    // once it is spent, the budget_exhausted warning with its numbers.
+    for c in policy.catalogs() {
+        let scope = retryd::fleet::budget::ScopeOf {
+            catalog: &c.name,
+            dependency: &"d".repeat(retryd::core::limits::MAX_DEPENDENCY),
+            tenant: &"t".repeat(retryd::core::limits::MAX_TENANT),
+        };
+        fleet.budget_deposit(&c.budgets, scope, u64::MAX / 4, NOW);
+    }
     let api = RetryDecisionApi::new(
         Arc::new(ArcSwap::from_pointee(policy)),
         ServiceConfig { max_batch: usize::MAX },
@@ -120,6 +135,7 @@ fn the_default_batch_answer_fits_the_clients_receive_limit() {
     .with_fleet(fleet, Operators::default(), tokio::sync::watch::channel(false).1);
     let mut largest = (0, String::new());
     let mut items = 0;
+    let (mut budgeted, mut deferred) = (0, 0);
     for (catalog, codes) in &catalogs {
         for locale in ["en", "ru"] {
             let req = pb::ClassifyBatchRequest {
@@ -129,6 +145,10 @@ fn the_default_batch_answer_fits_the_clients_receive_limit() {
             items += req.failures.len();
             let answer = api.classify_batch_at(&req, NOW).expect("batch");
             for (result, failure) in answer.results.iter().zip(&req.failures) {
+                if let Some(pb::batch_result::Outcome::Decision(d)) = &result.outcome {
+                    budgeted += usize::from(d.budget.is_some());
+                    deferred += usize::from(d.warnings.iter().any(|w| w.starts_with("budget_exhausted")));
+                }
                 // The bytes the result adds to the answer: key, length, body.
                 let len = prost::encoding::message::encoded_len(1, result);
                 if len > largest.0 {
@@ -137,6 +157,10 @@ fn the_default_batch_answer_fits_the_clients_receive_limit() {
             }
         }
     }
+    assert!(
+        budgeted > 0 && deferred > 0,
+        "budgets measured: {budgeted} budgeted, {deferred} deferred"
+    );
     let (largest, which) = largest;
     let default_batch = DEFAULT_MAX_BATCH * largest + 1024 + 5;
     eprintln!(

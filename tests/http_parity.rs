@@ -34,6 +34,7 @@ fn strategy(n: i32) -> &'static str {
         pb::Strategy::RetryAfter => "retry_after",
         pb::Strategy::Schedule => "schedule",
         pb::Strategy::Hold => "hold",
+        pb::Strategy::Budget => "budget",
         pb::Strategy::Unspecified => "unspecified",
     }
 }

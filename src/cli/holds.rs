@@ -216,7 +216,7 @@ fn authorized<T>(msg: T, token: Option<&str>) -> Request<T> {
     req
 }
 
-async fn connect(conn: &Connection) -> Result<RetryDecisionServiceClient<Channel>, (u8, String)> {
+pub(crate) async fn connect(conn: &Connection) -> Result<RetryDecisionServiceClient<Channel>, (u8, String)> {
     let tls = conn.tls
         || conn.addr.starts_with("https://")
         || conn.tls_ca.is_some()

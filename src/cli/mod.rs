@@ -1,5 +1,6 @@
-//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`, `replay`.
+//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`, `budgets`, `replay`.
 
+pub mod budgets;
 pub mod classify;
 pub mod holds;
 pub mod policy;
@@ -36,6 +37,9 @@ pub enum Command {
     /// List, release or watch the fleet's holds on a running server.
     #[command(subcommand)]
     Holds(holds::HoldsCommand),
+    /// List the fleet retry budgets' busiest scopes on a running server.
+    #[command(subcommand)]
+    Budgets(budgets::BudgetsCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -46,6 +50,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Health(args) => crate::server::health_main(args),
         Command::Policy(cmd) => policy::run(&cmd),
         Command::Holds(cmd) => holds::run(cmd),
+        Command::Budgets(cmd) => budgets::run(cmd),
         Command::Replay(args) => replay::run(&args),
     }
 }

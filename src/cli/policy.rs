@@ -195,7 +195,28 @@ pub fn matrix(c: &Catalog, locale: Locale) -> String {
         );
     }
     holds_list(&mut out, c, ru);
+    budgets_list(&mut out, c, ru);
     out
+}
+
+/// The fleet retry budgets the catalog declares, as a list under the table.
+fn budgets_list(out: &mut String, c: &Catalog, ru: bool) {
+    if c.budgets.is_empty() {
+        return;
+    }
+    let head = if ru {
+        "Бюджеты повторов для всего парка (fleet retry budgets; сверх бюджета повтор откладывается, а не запрещается):"
+    } else {
+        "Fleet retry budgets (over budget a retry is deferred, not refused):"
+    };
+    let _ = writeln!(out, "\n{head}\n");
+    for b in &c.budgets {
+        let per = match b.scope {
+            crate::core::budget::BudgetScope::Dependency => "per dependency",
+            crate::core::budget::BudgetScope::Tenant => "per tenant of a dependency",
+        };
+        let _ = writeln!(out, "- {per}: retries at most {}", b.describe());
+    }
 }
 
 /// The fleet holds the catalog's rules place, as a list under the table

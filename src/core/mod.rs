@@ -1,6 +1,7 @@
 //! The pure decision core: no I/O, no clock, no gRPC types. Everything the
 //! adapters need is re-exported here.
 
+pub mod budget;
 pub mod catalog;
 pub mod engine;
 pub mod hold;
@@ -12,7 +13,7 @@ pub mod retry_after;
 pub mod time;
 pub mod warnings;
 
-pub use engine::{DecideError, decide, decide_held};
+pub use engine::{DecideError, Floor, decide, decide_floored, decide_held};
 pub use model::{
     Decision, Failure, Locale, Operation, ReadBack, RetryContract, Scope, SideEffectState, Strategy, TargetReached,
     TerminalState, Verdict,

@@ -126,6 +126,9 @@ pub enum Strategy {
     Schedule,
     /// A fleet hold on the failure's scope ends later than any other delay.
     Hold,
+    /// The fleet retry budget of the failure's scope is spent: the retry
+    /// waits until its window has room again.
+    Budget,
 }
 
 /// Whether a stop applies to this request or to every call of the tenant.
@@ -279,7 +282,7 @@ pub struct Failure<'a> {
 }
 
 /// retryd's answer for one failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision<'a> {
     /// What the caller may do.
     pub verdict: Verdict,
@@ -318,4 +321,8 @@ pub struct Decision<'a> {
     /// Not part of the JSON form: the wire reports the hold in force instead.
     #[serde(skip)]
     pub hold_plan: Option<super::hold::HoldPlan<'a>>,
+    /// Where the fleet retry budget of the failure's scope stands, set by
+    /// the fleet layer when the scope is budgeted (the engine leaves it unset).
+    #[serde(skip)]
+    pub budget: Option<super::budget::BudgetView>,
 }

@@ -34,11 +34,13 @@ pub enum Warning {
     HoldRateLimited = 1 << 11,
     /// A timestamp was outside the range the wire can carry and was clamped.
     TimestampOutOfRange = 1 << 12,
+    /// The fleet retry budget of the failure's scope is spent: the retry is deferred.
+    BudgetExhausted = 1 << 13,
 }
 
 impl Warning {
     /// Every warning, in bit order.
-    pub const ALL: [Warning; 13] = [
+    pub const ALL: [Warning; 14] = [
         Warning::RetryAfterUnparseable,
         Warning::LocaleUnsupported,
         Warning::ReadBackIgnoredForRead,
@@ -52,6 +54,7 @@ impl Warning {
         Warning::HoldNeedsTenant,
         Warning::HoldRateLimited,
         Warning::TimestampOutOfRange,
+        Warning::BudgetExhausted,
     ];
 
     /// A stable, English message with a machine-readable prefix.
@@ -90,6 +93,9 @@ impl Warning {
             Warning::TimestampOutOfRange => {
                 "timestamp_out_of_range: a timestamp was outside the range the wire can carry and was clamped"
             }
+            Warning::BudgetExhausted => {
+                "budget_exhausted: the fleet retry budget of this scope is spent; the retry is deferred until its window has room"
+            }
         }
     }
 }
@@ -100,6 +106,18 @@ impl Warning {
 pub struct Warnings<'a> {
     bits: u16,
     case_match: Option<&'a str>,
+    budget: Option<BudgetNote>,
+}
+
+/// The numbers a [`Warning::BudgetExhausted`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetNote {
+    /// Retries in the window.
+    pub retries: u64,
+    /// First attempts in the window.
+    pub requests: u64,
+    /// The budget.
+    pub rule: crate::core::budget::BudgetRule,
 }
 
 impl<'a> Warnings<'a> {
@@ -112,6 +130,17 @@ impl<'a> Warnings<'a> {
     pub fn add_code_case_mismatch(&mut self, code: &'a str) {
         self.add(Warning::CodeCaseMismatch);
         self.case_match = Some(code);
+    }
+
+    /// Adds [`Warning::BudgetExhausted`] with the numbers it names.
+    pub fn add_budget_exhausted(&mut self, note: BudgetNote) {
+        self.add(Warning::BudgetExhausted);
+        self.budget = Some(note);
+    }
+
+    /// The numbers of a [`Warning::BudgetExhausted`].
+    pub fn budget(self) -> Option<BudgetNote> {
+        self.budget
     }
 
     /// The catalog code a [`Warning::CodeCaseMismatch`] points to.
@@ -140,6 +169,7 @@ impl<'a> Warnings<'a> {
         self.iter().map(move |warning| WarningText {
             warning,
             case_match: self.case_match,
+            budget: self.budget,
         })
     }
 }
@@ -151,6 +181,7 @@ impl<'a> Warnings<'a> {
 pub struct WarningText<'a> {
     warning: Warning,
     case_match: Option<&'a str>,
+    budget: Option<BudgetNote>,
 }
 
 impl std::fmt::Display for WarningText<'_> {
@@ -160,9 +191,33 @@ impl std::fmt::Display for WarningText<'_> {
                 f,
                 "code_case_mismatch: did you mean {code}? codes are case-sensitive, so the unknown-code rule decided"
             ),
+            (Warning::BudgetExhausted, _) if self.budget.is_some() => {
+                let Some(n) = self.budget else { return Ok(()) };
+                write!(
+                    f,
+                    "budget_exhausted: retries {} of {} requests in the last {}, budget {}",
+                    grouped(n.retries),
+                    grouped(n.requests),
+                    crate::core::budget::describe_window(n.rule.window_ms),
+                    n.rule.short()
+                )
+            }
             (w, _) => f.write_str(w.message()),
         }
     }
+}
+
+/// `1 000`, `212`, `1 000 000`: digits grouped by three with spaces.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl Serialize for Warnings<'_> {

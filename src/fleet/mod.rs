@@ -3,6 +3,7 @@
 //! [`Mirror`] that calls read without waiting; a [`SharedStore`] (in memory,
 //! or Redis) carries changes between replicas off the call path.
 
+pub mod budget;
 pub mod caller;
 pub mod memory;
 pub mod mirror;
@@ -19,6 +20,7 @@ pub use memory::MemoryStore;
 pub use mirror::{HoldEvent, HoldEventKind, Mirror, Placed};
 pub use store::SharedStore;
 
+use crate::core::budget::BudgetRule;
 use crate::core::hold::{self, Admission, Hold, HoldKind, HoldPlan, HoldScope};
 use crate::core::time::UnixMillis;
 
@@ -42,6 +44,10 @@ pub struct FleetConfig {
     pub limits: PlacementLimits,
     /// Key of the hash that stands in for tenant names shown to non-operators.
     pub tenant_hash_key: Vec<u8>,
+    /// Most retry-budget scopes kept (`--max-budget-scopes`).
+    pub max_budget_scopes: usize,
+    /// How often budget counts are flushed to a shared store (`--budget-flush-ms`).
+    pub budget_flush_every: Duration,
 }
 
 impl Default for FleetConfig {
@@ -50,6 +56,8 @@ impl Default for FleetConfig {
             max_holds: 100_000,
             limits: PlacementLimits::default(),
             tenant_hash_key: Vec::new(),
+            max_budget_scopes: 50_000,
+            budget_flush_every: Duration::from_millis(100),
         }
     }
 }
@@ -83,6 +91,7 @@ pub struct Fleet {
     store: Arc<dyn SharedStore>,
     limiter: PlacementLimiter,
     tenant_hash_key: Vec<u8>,
+    budgets: Arc<budget::Budgets>,
 }
 
 impl Fleet {
@@ -90,6 +99,20 @@ impl Fleet {
     pub fn new(config: FleetConfig, store: Arc<dyn SharedStore>) -> Arc<Fleet> {
         let mirror = Arc::new(Mirror::new(config.max_holds));
         Arc::clone(&store).start(Arc::clone(&mirror));
+        let every = config.budget_flush_every.max(Duration::from_millis(1));
+        let shared = store.shares_budgets();
+        let budgets = Arc::new(budget::Budgets::new(
+            config.max_budget_scopes,
+            shared,
+            u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+        ));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            if shared {
+                budget::flush::spawn(Arc::downgrade(&budgets), Arc::downgrade(&store), every);
+            } else {
+                budget::flush::spawn_gauges(Arc::downgrade(&budgets));
+            }
+        }
         let tenant_hash_key = if config.tenant_hash_key.is_empty() {
             rand::random::<[u8; 32]>().to_vec()
         } else {
@@ -100,7 +123,33 @@ impl Fleet {
             store,
             limiter: PlacementLimiter::new(config.limits),
             tenant_hash_key,
+            budgets,
         })
+    }
+
+    /// The replica's retry-budget counts.
+    pub fn budgets(&self) -> &budget::Budgets {
+        &self.budgets
+    }
+
+    /// Records `n` first attempts of a call's scopes on `rules`.
+    pub fn budget_deposit(&self, rules: &[BudgetRule], scope: budget::ScopeOf<'_>, n: u64, now: UnixMillis) {
+        self.budgets.deposit(rules, scope, n, now, &|t| self.hash_tenant(t));
+    }
+
+    /// Where the budgets of a call's scopes stand, the most constraining first.
+    pub fn budget_judge(
+        &self,
+        rules: &[BudgetRule],
+        scope: budget::ScopeOf<'_>,
+        now: UnixMillis,
+    ) -> Vec<budget::Judged> {
+        self.budgets.judge(rules, scope, now, &|t| self.hash_tenant(t))
+    }
+
+    /// Records one retry of a call's scopes on `rules`.
+    pub fn budget_withdraw(&self, rules: &[BudgetRule], scope: budget::ScopeOf<'_>, now: UnixMillis) {
+        self.budgets.withdraw(rules, scope, now, &|t| self.hash_tenant(t));
     }
 
     /// One replica's memory, nothing shared (`--state memory`).
@@ -338,6 +387,7 @@ pub fn describe_metrics() {
         "Holds not placed because their caller was over its placement rate, by scope."
     );
     metrics::describe_counter!(HOLDS_EVICTED_TOTAL, "Holds dropped at --max-holds.");
+    budget::describe_metrics();
 }
 
 /// Whether `h` passes List/Watch filters (empty matches all).

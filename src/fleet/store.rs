@@ -9,8 +9,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use super::budget::flush::{FlushReply, ScopeFlush};
 use super::mirror::Mirror;
 use crate::core::hold::Hold;
+use crate::core::time::UnixMillis;
 
 /// A boxed future, for the one awaited store operation.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -41,6 +43,19 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// A name for logs: `memory` or the Redis address without credentials.
     fn describe(&self) -> String;
+
+    /// Whether retry-budget counts are shared through this store (then a
+    /// flush task calls [`SharedStore::flush_budgets`] every period).
+    fn shares_budgets(&self) -> bool {
+        false
+    }
+
+    /// Adds this replica's budget counts to the fleet's and reads the
+    /// fleet's totals back, in one round trip; `None` when the store cannot
+    /// be reached (the counts are kept and sent again).
+    fn flush_budgets<'a>(&'a self, _batch: &'a [ScopeFlush], _now: UnixMillis) -> StoreFuture<'a, Option<FlushReply>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Why a shared store could not be set up (at startup: a bad `--state` value).

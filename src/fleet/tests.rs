@@ -25,6 +25,7 @@ fn fleet(per_sec: f64, dependency_per_sec: f64) -> Arc<Fleet> {
             dependency_per_sec,
         },
         tenant_hash_key: b"key".to_vec(),
+        ..FleetConfig::default()
     })
 }
 

@@ -51,6 +51,17 @@ fn catalog_to_proto(c: &Catalog, wanted: Locale) -> pb::Catalog {
         write_words: c.write_words().iter().map(ToString::to_string).collect(),
         max_delay_ms: c.max_delay_ms,
         quota_reset: c.quota.as_ref().map(|q| q.describe()).unwrap_or_default(),
+        budgets: c
+            .budgets
+            .iter()
+            .map(|b| pb::CatalogBudget {
+                scope: b.scope.as_str().to_owned(),
+                window_ms: b.window_ms,
+                retry_percent: b.retry_percent,
+                min_retries_per_sec: b.min_retries_per_sec,
+                requests: b.requests,
+            })
+            .collect(),
     }
 }
 

@@ -37,6 +37,8 @@ impl Pooled for pb::ReportOutcomesRequest {}
 impl Pooled for pb::ReportOutcomesResponse {}
 impl Pooled for pb::ListHoldsRequest {}
 impl Pooled for pb::ListHoldsResponse {}
+impl Pooled for pb::ListBudgetsRequest {}
+impl Pooled for pb::ListBudgetsResponse {}
 impl Pooled for pb::ReleaseHoldRequest {}
 impl Pooled for pb::ReleaseHoldResponse {}
 impl Pooled for pb::WatchHoldsRequest {}

@@ -95,9 +95,12 @@ pub fn decision_into_proto(d: &Decision<'_>, out: &mut pb::Decision) {
         terminal_state,
         warnings,
         hold,
+        budget,
     } = out;
-    // The fleet layer sets it after the decision, when a hold is in force.
+    // The fleet layer sets them after the decision, when a hold is in force
+    // or a budget counts the scope.
     *hold = None;
+    *budget = d.budget.as_ref().map(super::budgets::view_to_proto);
     *verdict = verdict_to_proto(d.verdict) as i32;
     contract_into_proto(&d.retry, retry.get_or_insert_with(Default::default));
     *target_reached = target_reached_to_proto(d.target_reached) as i32;
@@ -252,6 +255,7 @@ pub fn strategy_from_proto(n: i32) -> Strategy {
         Ok(pb::Strategy::RetryAfter) => Strategy::RetryAfter,
         Ok(pb::Strategy::Schedule) => Strategy::Schedule,
         Ok(pb::Strategy::Hold) => Strategy::Hold,
+        Ok(pb::Strategy::Budget) => Strategy::Budget,
         Ok(pb::Strategy::None | pb::Strategy::Unspecified) | Err(_) => Strategy::None,
     }
 }
@@ -264,6 +268,7 @@ pub fn strategy_to_proto(s: Strategy) -> pb::Strategy {
         Strategy::RetryAfter => pb::Strategy::RetryAfter,
         Strategy::Schedule => pb::Strategy::Schedule,
         Strategy::Hold => pb::Strategy::Hold,
+        Strategy::Budget => pb::Strategy::Budget,
     }
 }
 
@@ -469,6 +474,7 @@ mod tests {
             scope: 99,
             request_id: "junk".into(),
             hold: Some(pb::Hold::default()),
+            budget: Some(pb::RetryBudget::default()),
             terminal_state: "junk".into(),
             warnings: vec!["junk".into(); 5],
         };

@@ -146,7 +146,7 @@ pub fn caller_of_parts(extensions: &http::Extensions) -> String {
 }
 
 /// INVALID_ARGUMENT naming `field`.
-fn invalid(field: &str, description: impl Into<String>) -> Status {
+pub(super) fn invalid(field: &str, description: impl Into<String>) -> Status {
     let description = description.into();
     let message = format!("{field}: {description}");
     <Status as tonic_types::StatusExt>::with_error_details(
@@ -156,7 +156,7 @@ fn invalid(field: &str, description: impl Into<String>) -> Status {
     )
 }
 
-fn check_len(field: &str, value: &str, max: usize) -> Result<(), Status> {
+pub(super) fn check_len(field: &str, value: &str, max: usize) -> Result<(), Status> {
     if value.len() > max {
         return Err(invalid(field, format!("is {} bytes; the limit is {max}", value.len())));
     }
@@ -202,6 +202,10 @@ pub async fn admit(fleet: &Fleet, policy: &Policy, req: &pb::AdmitRequest) -> Re
     let out = fleet
         .admit(catalog, &req.dependency, &req.tenant, &req.method, now)
         .await;
+    if out.admitted && req.attempt <= 1 {
+        // A first attempt about to be made: the budget's deposit (a retry never adds to it).
+        super::budgets::deposit(policy, fleet, catalog, &req.dependency, &req.tenant, 1, now);
+    }
     Ok(pb::AdmitResponse {
         admitted: out.admitted,
         // The caller named its own tenant: it sees it in clear.
@@ -211,8 +215,8 @@ pub async fn admit(fleet: &Fleet, policy: &Policy, req: &pb::AdmitRequest) -> Re
     })
 }
 
-/// The body of ReportOutcomes. Counts are validated and capped; the fleet
-/// retry budget is what will spend them.
+/// The body of ReportOutcomes. Counts are validated and capped; their
+/// first attempts are deposits of the fleet retry budgets.
 pub fn report_outcomes(
     fleet: &Fleet,
     policy: &Policy,
@@ -231,6 +235,14 @@ pub fn report_outcomes(
     check_len("probe_token", &req.probe_token, MAX_ID)?;
     let requests: u64 = req.counts.iter().map(|c| c.requests.min(MAX_COUNT_PER_REPORT)).sum();
     metrics::counter!(OUTCOME_REQUESTS_TOTAL).increment(requests);
+    // First attempts of callers that do not use Admit: the budgets' deposits
+    // (a caller using Admit must not report them again).
+    let now = UnixMillis::now();
+    for c in &req.counts {
+        let catalog = resolve_catalog(policy, &c.catalog, "counts")?;
+        let n = c.requests.min(MAX_COUNT_PER_REPORT);
+        super::budgets::deposit(policy, fleet, catalog, &c.dependency, &c.tenant, n, now);
+    }
     let hold = if req.probe_token.is_empty() {
         None
     } else {

@@ -2,6 +2,7 @@
 //! conversions and the [`RetryDecisionService`](pb::retry_decision_service_server::RetryDecisionService)
 //! implementation. Thin by design: every decision is the core's.
 
+pub mod budgets;
 pub mod catalogs;
 pub mod codec;
 pub mod convert;

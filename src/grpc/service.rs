@@ -14,6 +14,7 @@ use tonic::{Code, Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt as _};
 use tracing::field::Empty;
 
+use super::budgets;
 use super::catalogs::list_catalogs;
 use super::convert::{decision_into_proto, decision_to_proto, failure_from_proto, hold_to_proto};
 use super::holds::{self, Operators};
@@ -363,6 +364,14 @@ impl RetryDecisionService for RetryDecisionApi {
         holds::report_outcomes(fleet, &policy, request.get_ref()).map(Response::new)
     }
 
+    async fn list_budgets(
+        &self,
+        request: Request<pb::ListBudgetsRequest>,
+    ) -> Result<Response<pb::ListBudgetsResponse>, Status> {
+        let fleet = self.fleet()?;
+        budgets::list_budgets(fleet, request.get_ref()).map(Response::new)
+    }
+
     async fn list_holds(
         &self,
         request: Request<pb::ListHoldsRequest>,
@@ -693,12 +702,16 @@ fn decide_checked<'a>(
         .hold_plan
         .is_some_and(|plan| fleet.place(&plan, ctx.caller, now) == PlaceOutcome::RateLimited);
     let hold = fleet.in_force(d.catalog, f.dependency, f.tenant, f.method, now);
-    let mut d = match &hold {
-        Some(h) if d.retry.retryable => {
-            decide_held(policy, f, now, Some(Fleet::retry_floor(h, now))).map_err(unknown_catalog)?
-        }
-        _ => d,
+    let hold_floor = hold
+        .as_ref()
+        .filter(|_| d.retry.retryable)
+        .map(|h| Fleet::retry_floor(h, now));
+    let d = match hold_floor {
+        Some(floor) => decide_held(policy, f, now, Some(floor)).map_err(unknown_catalog)?,
+        None => d,
     };
+    // The fleet retry budget judges what is still a retry (see grpc::budgets).
+    let mut d = budgets::apply(policy, fleet, f, d, hold_floor, now).map_err(unknown_catalog)?;
     if rate_limited {
         d.warnings.add(Warning::HoldRateLimited);
     }

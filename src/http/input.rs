@@ -290,12 +290,14 @@ impl Words for StrategyWords {
         ("retry_after", 3),
         ("schedule", 4),
         ("hold", 5),
+        ("budget", 6),
         ("STRATEGY_UNSPECIFIED", 0),
         ("STRATEGY_NONE", 1),
         ("STRATEGY_EXPONENTIAL_BACKOFF", 2),
         ("STRATEGY_RETRY_AFTER", 3),
         ("STRATEGY_SCHEDULE", 4),
         ("STRATEGY_HOLD", 5),
+        ("STRATEGY_BUDGET", 6),
     ];
 }
 

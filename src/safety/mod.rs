@@ -215,6 +215,7 @@ pub fn strategy_str(s: Strategy) -> &'static str {
         Strategy::RetryAfter => "retry_after",
         Strategy::Schedule => "schedule",
         Strategy::Hold => "hold",
+        Strategy::Budget => "budget",
     }
 }
 

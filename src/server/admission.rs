@@ -54,7 +54,7 @@ const CLASSIFY_BATCH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";
 
 /// Upper bound of the encoded size of one ClassifyBatch result (and of a
 /// Classify answer), in any embedded locale, with every echoed field at its
-/// limit and the fleet hold it may carry; checked by `tests/grpc_answer_size.rs` against every code of every
+/// limit and the fleet hold and retry budget it may carry; checked by `tests/grpc_answer_size.rs` against every code of every
 /// embedded catalog.
 pub const ITEM_ANSWER_BYTES: usize = 2560;
 /// Charged for an answer whose size is not known before it is made

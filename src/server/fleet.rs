@@ -38,6 +38,15 @@ pub struct FleetArgs {
     /// give every replica the same one so dashboards agree). Default: random per process.
     #[arg(long, env = "RETRYD_TENANT_HASH_KEY_FILE", value_name = "PATH")]
     pub tenant_hash_key_file: Option<PathBuf>,
+    /// Most retry-budget scopes counted (dependency and tenant scopes
+    /// together, about 1 KiB each); over it the least recently used are dropped.
+    #[arg(long, env = "RETRYD_MAX_BUDGET_SCOPES", default_value_t = 50_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_budget_scopes: u32,
+    /// With --state redis: how often each replica flushes its budget counts
+    /// and reads the fleet's totals back, in ms (1 to 100). The fleet may
+    /// overshoot a budget by about the retries approved in one such period.
+    #[arg(long, env = "RETRYD_BUDGET_FLUSH_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub budget_flush_ms: u64,
 }
 
 /// Builds the fleet memory and the operator rule from the flags. Must run
@@ -77,6 +86,8 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
             dependency_per_sec: args.dependency_holds_per_sec,
         },
         tenant_hash_key,
+        max_budget_scopes: args.max_budget_scopes as usize,
+        budget_flush_every: std::time::Duration::from_millis(args.budget_flush_ms),
     };
     let state = args.state.trim();
     let fleet = if state == "memory" {

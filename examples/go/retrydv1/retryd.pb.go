@@ -402,6 +402,9 @@ const (
 	Strategy_STRATEGY_SCHEDULE Strategy = 4
 	// A fleet hold on the failure's scope ends later than any other delay.
 	Strategy_STRATEGY_HOLD Strategy = 5
+	// The fleet retry budget of the failure's scope is spent: the retry waits
+	// until its window has room again.
+	Strategy_STRATEGY_BUDGET Strategy = 6
 )
 
 // Enum value maps for Strategy.
@@ -413,6 +416,7 @@ var (
 		3: "STRATEGY_RETRY_AFTER",
 		4: "STRATEGY_SCHEDULE",
 		5: "STRATEGY_HOLD",
+		6: "STRATEGY_BUDGET",
 	}
 	Strategy_value = map[string]int32{
 		"STRATEGY_UNSPECIFIED":         0,
@@ -421,6 +425,7 @@ var (
 		"STRATEGY_RETRY_AFTER":         3,
 		"STRATEGY_SCHEDULE":            4,
 		"STRATEGY_HOLD":                5,
+		"STRATEGY_BUDGET":              6,
 	}
 )
 
@@ -570,6 +575,361 @@ func (Scope) EnumDescriptor() ([]byte, []int) {
 	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{8}
 }
 
+// ListBudgets: which budget scopes to show.
+type ListBudgetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this catalog (empty: all).
+	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
+	// Only this dependency (empty: all).
+	Dependency string `protobuf:"bytes,2,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// At most this many scopes (0: 20; at most 1 000).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBudgetsRequest) Reset() {
+	*x = ListBudgetsRequest{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBudgetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBudgetsRequest) ProtoMessage() {}
+
+func (x *ListBudgetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBudgetsRequest.ProtoReflect.Descriptor instead.
+func (*ListBudgetsRequest) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListBudgetsRequest) GetCatalog() string {
+	if x != nil {
+		return x.Catalog
+	}
+	return ""
+}
+
+func (x *ListBudgetsRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *ListBudgetsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListBudgets' answer.
+type ListBudgetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scopes, highest utilization (retries / allowed) first.
+	Budgets       []*BudgetStanding `protobuf:"bytes,1,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBudgetsResponse) Reset() {
+	*x = ListBudgetsResponse{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBudgetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBudgetsResponse) ProtoMessage() {}
+
+func (x *ListBudgetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBudgetsResponse.ProtoReflect.Descriptor instead.
+func (*ListBudgetsResponse) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListBudgetsResponse) GetBudgets() []*BudgetStanding {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+// One budget scope and where it stands.
+type BudgetStanding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The catalog that declares the budget.
+	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
+	// "dependency" or "tenant".
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The budget in people's words, e.g. "20 % + 10/s over 10 s".
+	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The counts of its window.
+	Budget        *RetryBudget `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetStanding) Reset() {
+	*x = BudgetStanding{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetStanding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetStanding) ProtoMessage() {}
+
+func (x *BudgetStanding) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetStanding.ProtoReflect.Descriptor instead.
+func (*BudgetStanding) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BudgetStanding) GetCatalog() string {
+	if x != nil {
+		return x.Catalog
+	}
+	return ""
+}
+
+func (x *BudgetStanding) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *BudgetStanding) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *BudgetStanding) GetBudget() *RetryBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+// Where a retry budget's scope stands in its current window (fleet-wide
+// under --state redis: the latest fleet totals plus this replica's counts
+// not yet flushed).
+type RetryBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope: `d:<catalog>:<dependency>` or
+	// `t:<catalog>:<dependency>:h:<hex>` (the tenant hashed, keyed).
+	ScopeKey string `protobuf:"bytes,1,opt,name=scope_key,json=scopeKey,proto3" json:"scope_key,omitempty"`
+	// First attempts recorded in the window (Admit with attempt <= 1, or
+	// ReportOutcomes requests).
+	Requests uint64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
+	// Retries in the window (Classify answers retry_with_limit).
+	Retries uint64 `protobuf:"varint,3,opt,name=retries,proto3" json:"retries,omitempty"`
+	// Retries the budget allows in the window: retry_percent of requests (of
+	// the allowance, for an allowance budget) plus the floor
+	// min_retries_per_sec x window.
+	Allowed uint64 `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// When the window starts (it slides a tenth of its length at a time).
+	WindowStart   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=window_start,json=windowStart,proto3" json:"window_start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudget) Reset() {
+	*x = RetryBudget{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudget) ProtoMessage() {}
+
+func (x *RetryBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
+func (*RetryBudget) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RetryBudget) GetScopeKey() string {
+	if x != nil {
+		return x.ScopeKey
+	}
+	return ""
+}
+
+func (x *RetryBudget) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetRetries() uint64 {
+	if x != nil {
+		return x.Retries
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetAllowed() uint64 {
+	if x != nil {
+		return x.Allowed
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetWindowStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WindowStart
+	}
+	return nil
+}
+
+// A catalog's `[[budgets]]` entry.
+type CatalogBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What it is counted per: "dependency" or "tenant".
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The window, in milliseconds.
+	WindowMs uint64 `protobuf:"varint,2,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	// Share of the window's first attempts (of the allowance, when
+	// `requests` is set) that retries may be, in percent.
+	RetryPercent uint32 `protobuf:"varint,3,opt,name=retry_percent,json=retryPercent,proto3" json:"retry_percent,omitempty"`
+	// The floor for quiet scopes: retries per second of window.
+	MinRetriesPerSec uint32 `protobuf:"varint,4,opt,name=min_retries_per_sec,json=minRetriesPerSec,proto3" json:"min_retries_per_sec,omitempty"`
+	// An allowance budget: first attempts allowed per window; unset for a
+	// traffic budget.
+	Requests      *uint64 `protobuf:"varint,5,opt,name=requests,proto3,oneof" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogBudget) Reset() {
+	*x = CatalogBudget{}
+	mi := &file_retryd_v1_retryd_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogBudget) ProtoMessage() {}
+
+func (x *CatalogBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_retryd_v1_retryd_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogBudget.ProtoReflect.Descriptor instead.
+func (*CatalogBudget) Descriptor() ([]byte, []int) {
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CatalogBudget) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *CatalogBudget) GetWindowMs() uint64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *CatalogBudget) GetRetryPercent() uint32 {
+	if x != nil {
+		return x.RetryPercent
+	}
+	return 0
+}
+
+func (x *CatalogBudget) GetMinRetriesPerSec() uint32 {
+	if x != nil {
+		return x.MinRetriesPerSec
+	}
+	return 0
+}
+
+func (x *CatalogBudget) GetRequests() uint64 {
+	if x != nil && x.Requests != nil {
+		return *x.Requests
+	}
+	return 0
+}
+
 // Admit: may a call go ahead now?
 type AdmitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -591,7 +951,7 @@ type AdmitRequest struct {
 
 func (x *AdmitRequest) Reset() {
 	*x = AdmitRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[0]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +963,7 @@ func (x *AdmitRequest) String() string {
 func (*AdmitRequest) ProtoMessage() {}
 
 func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[0]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +976,7 @@ func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRequest.ProtoReflect.Descriptor instead.
 func (*AdmitRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{0}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AdmitRequest) GetCatalog() string {
@@ -679,7 +1039,7 @@ type AdmitResponse struct {
 
 func (x *AdmitResponse) Reset() {
 	*x = AdmitResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[1]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +1051,7 @@ func (x *AdmitResponse) String() string {
 func (*AdmitResponse) ProtoMessage() {}
 
 func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[1]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +1064,7 @@ func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
 func (*AdmitResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{1}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AdmitResponse) GetAdmitted() bool {
@@ -750,7 +1110,7 @@ type ReportOutcomesRequest struct {
 
 func (x *ReportOutcomesRequest) Reset() {
 	*x = ReportOutcomesRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[2]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +1122,7 @@ func (x *ReportOutcomesRequest) String() string {
 func (*ReportOutcomesRequest) ProtoMessage() {}
 
 func (x *ReportOutcomesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[2]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +1135,7 @@ func (x *ReportOutcomesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomesRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomesRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{2}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReportOutcomesRequest) GetCounts() []*OutcomeCount {
@@ -822,7 +1182,7 @@ type OutcomeCount struct {
 
 func (x *OutcomeCount) Reset() {
 	*x = OutcomeCount{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[3]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1194,7 @@ func (x *OutcomeCount) String() string {
 func (*OutcomeCount) ProtoMessage() {}
 
 func (x *OutcomeCount) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[3]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1207,7 @@ func (x *OutcomeCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomeCount.ProtoReflect.Descriptor instead.
 func (*OutcomeCount) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{3}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OutcomeCount) GetCatalog() string {
@@ -910,7 +1270,7 @@ type ReportOutcomesResponse struct {
 
 func (x *ReportOutcomesResponse) Reset() {
 	*x = ReportOutcomesResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[4]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1282,7 @@ func (x *ReportOutcomesResponse) String() string {
 func (*ReportOutcomesResponse) ProtoMessage() {}
 
 func (x *ReportOutcomesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[4]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1295,7 @@ func (x *ReportOutcomesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomesResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomesResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{4}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportOutcomesResponse) GetHold() *Hold {
@@ -964,7 +1324,7 @@ type ListHoldsRequest struct {
 
 func (x *ListHoldsRequest) Reset() {
 	*x = ListHoldsRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[5]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1336,7 @@ func (x *ListHoldsRequest) String() string {
 func (*ListHoldsRequest) ProtoMessage() {}
 
 func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[5]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1349,7 @@ func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
 func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{5}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListHoldsRequest) GetCatalog() string {
@@ -1040,7 +1400,7 @@ type ListHoldsResponse struct {
 
 func (x *ListHoldsResponse) Reset() {
 	*x = ListHoldsResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1412,7 @@ func (x *ListHoldsResponse) String() string {
 func (*ListHoldsResponse) ProtoMessage() {}
 
 func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[6]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1425,7 @@ func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
 func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{6}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListHoldsResponse) GetHolds() []*Hold {
@@ -1093,7 +1453,7 @@ type ReleaseHoldRequest struct {
 
 func (x *ReleaseHoldRequest) Reset() {
 	*x = ReleaseHoldRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1465,7 @@ func (x *ReleaseHoldRequest) String() string {
 func (*ReleaseHoldRequest) ProtoMessage() {}
 
 func (x *ReleaseHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[7]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1478,7 @@ func (x *ReleaseHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseHoldRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseHoldRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{7}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseHoldRequest) GetId() string {
@@ -1139,7 +1499,7 @@ type ReleaseHoldResponse struct {
 
 func (x *ReleaseHoldResponse) Reset() {
 	*x = ReleaseHoldResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1511,7 @@ func (x *ReleaseHoldResponse) String() string {
 func (*ReleaseHoldResponse) ProtoMessage() {}
 
 func (x *ReleaseHoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[8]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1524,7 @@ func (x *ReleaseHoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseHoldResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseHoldResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{8}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReleaseHoldResponse) GetHold() *Hold {
@@ -1189,7 +1549,7 @@ type WatchHoldsRequest struct {
 
 func (x *WatchHoldsRequest) Reset() {
 	*x = WatchHoldsRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1561,7 @@ func (x *WatchHoldsRequest) String() string {
 func (*WatchHoldsRequest) ProtoMessage() {}
 
 func (x *WatchHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[9]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1574,7 @@ func (x *WatchHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchHoldsRequest.ProtoReflect.Descriptor instead.
 func (*WatchHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{9}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchHoldsRequest) GetCatalog() string {
@@ -1251,7 +1611,7 @@ type WatchHoldsResponse struct {
 
 func (x *WatchHoldsResponse) Reset() {
 	*x = WatchHoldsResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1623,7 @@ func (x *WatchHoldsResponse) String() string {
 func (*WatchHoldsResponse) ProtoMessage() {}
 
 func (x *WatchHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[10]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1636,7 @@ func (x *WatchHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchHoldsResponse.ProtoReflect.Descriptor instead.
 func (*WatchHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{10}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchHoldsResponse) GetKind() HoldEventKind {
@@ -1326,7 +1686,7 @@ type Hold struct {
 
 func (x *Hold) Reset() {
 	*x = Hold{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1698,7 @@ func (x *Hold) String() string {
 func (*Hold) ProtoMessage() {}
 
 func (x *Hold) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[11]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1711,7 @@ func (x *Hold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hold.ProtoReflect.Descriptor instead.
 func (*Hold) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{11}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Hold) GetId() string {
@@ -1453,7 +1813,7 @@ type ClassifyRequest struct {
 
 func (x *ClassifyRequest) Reset() {
 	*x = ClassifyRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1825,7 @@ func (x *ClassifyRequest) String() string {
 func (*ClassifyRequest) ProtoMessage() {}
 
 func (x *ClassifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[12]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1838,7 @@ func (x *ClassifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyRequest.ProtoReflect.Descriptor instead.
 func (*ClassifyRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{12}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ClassifyRequest) GetFailure() *Failure {
@@ -1506,7 +1866,7 @@ type ClassifyResponse struct {
 
 func (x *ClassifyResponse) Reset() {
 	*x = ClassifyResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1878,7 @@ func (x *ClassifyResponse) String() string {
 func (*ClassifyResponse) ProtoMessage() {}
 
 func (x *ClassifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[13]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1891,7 @@ func (x *ClassifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyResponse.ProtoReflect.Descriptor instead.
 func (*ClassifyResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{13}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ClassifyResponse) GetDecision() *Decision {
@@ -1554,7 +1914,7 @@ type ClassifyBatchRequest struct {
 
 func (x *ClassifyBatchRequest) Reset() {
 	*x = ClassifyBatchRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1926,7 @@ func (x *ClassifyBatchRequest) String() string {
 func (*ClassifyBatchRequest) ProtoMessage() {}
 
 func (x *ClassifyBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[14]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1939,7 @@ func (x *ClassifyBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyBatchRequest.ProtoReflect.Descriptor instead.
 func (*ClassifyBatchRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{14}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClassifyBatchRequest) GetFailures() []*Failure {
@@ -1609,7 +1969,7 @@ type ClassifyBatchResponse struct {
 
 func (x *ClassifyBatchResponse) Reset() {
 	*x = ClassifyBatchResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[15]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1981,7 @@ func (x *ClassifyBatchResponse) String() string {
 func (*ClassifyBatchResponse) ProtoMessage() {}
 
 func (x *ClassifyBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[15]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1994,7 @@ func (x *ClassifyBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyBatchResponse.ProtoReflect.Descriptor instead.
 func (*ClassifyBatchResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{15}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClassifyBatchResponse) GetResults() []*BatchResult {
@@ -1669,7 +2029,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[16]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +2041,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[16]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +2054,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{16}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchResult) GetIndex() uint32 {
@@ -1769,7 +2129,7 @@ type BatchSummary struct {
 
 func (x *BatchSummary) Reset() {
 	*x = BatchSummary{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[17]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +2141,7 @@ func (x *BatchSummary) String() string {
 func (*BatchSummary) ProtoMessage() {}
 
 func (x *BatchSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[17]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +2154,7 @@ func (x *BatchSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchSummary.ProtoReflect.Descriptor instead.
 func (*BatchSummary) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{17}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchSummary) GetRetryWithLimit() uint32 {
@@ -1852,7 +2212,7 @@ type ListCatalogsRequest struct {
 
 func (x *ListCatalogsRequest) Reset() {
 	*x = ListCatalogsRequest{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[18]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2224,7 @@ func (x *ListCatalogsRequest) String() string {
 func (*ListCatalogsRequest) ProtoMessage() {}
 
 func (x *ListCatalogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[18]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2237,7 @@ func (x *ListCatalogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogsRequest.ProtoReflect.Descriptor instead.
 func (*ListCatalogsRequest) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{18}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListCatalogsRequest) GetLocale() string {
@@ -1904,7 +2264,7 @@ type ListCatalogsResponse struct {
 
 func (x *ListCatalogsResponse) Reset() {
 	*x = ListCatalogsResponse{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[19]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2276,7 @@ func (x *ListCatalogsResponse) String() string {
 func (*ListCatalogsResponse) ProtoMessage() {}
 
 func (x *ListCatalogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[19]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2289,7 @@ func (x *ListCatalogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCatalogsResponse.ProtoReflect.Descriptor instead.
 func (*ListCatalogsResponse) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{19}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListCatalogsResponse) GetCatalogs() []*Catalog {
@@ -1989,14 +2349,16 @@ type Catalog struct {
 	MaxDelayMs uint64 `protobuf:"varint,13,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
 	// When an exhausted allowance resets, for quota stops (e.g. `daily at
 	// 00:00 UTC`, `rolling 86400000 ms`); empty when the catalog has no rule.
-	QuotaReset    string `protobuf:"bytes,14,opt,name=quota_reset,json=quotaReset,proto3" json:"quota_reset,omitempty"`
+	QuotaReset string `protobuf:"bytes,14,opt,name=quota_reset,json=quotaReset,proto3" json:"quota_reset,omitempty"`
+	// The fleet retry budgets the catalog declares, in catalog order.
+	Budgets       []*CatalogBudget `protobuf:"bytes,15,rep,name=budgets,proto3" json:"budgets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Catalog) Reset() {
 	*x = Catalog{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[20]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2370,7 @@ func (x *Catalog) String() string {
 func (*Catalog) ProtoMessage() {}
 
 func (x *Catalog) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[20]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2383,7 @@ func (x *Catalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Catalog.ProtoReflect.Descriptor instead.
 func (*Catalog) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{20}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Catalog) GetName() string {
@@ -2122,6 +2484,13 @@ func (x *Catalog) GetQuotaReset() string {
 	return ""
 }
 
+func (x *Catalog) GetBudgets() []*CatalogBudget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
 // Bounded exponential backoff: the wait after attempt n is drawn from
 // [m/2, m] with m = min(cap_ms, base_ms * multiplier^(n-1)).
 type Backoff struct {
@@ -2138,7 +2507,7 @@ type Backoff struct {
 
 func (x *Backoff) Reset() {
 	*x = Backoff{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[21]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2519,7 @@ func (x *Backoff) String() string {
 func (*Backoff) ProtoMessage() {}
 
 func (x *Backoff) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[21]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2532,7 @@ func (x *Backoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
 func (*Backoff) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{21}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Backoff) GetBaseMs() uint64 {
@@ -2228,7 +2597,7 @@ type CatalogCode struct {
 
 func (x *CatalogCode) Reset() {
 	*x = CatalogCode{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[22]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2609,7 @@ func (x *CatalogCode) String() string {
 func (*CatalogCode) ProtoMessage() {}
 
 func (x *CatalogCode) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[22]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2622,7 @@ func (x *CatalogCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogCode.ProtoReflect.Descriptor instead.
 func (*CatalogCode) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{22}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CatalogCode) GetCode() string {
@@ -2390,7 +2759,7 @@ type CatalogRule struct {
 
 func (x *CatalogRule) Reset() {
 	*x = CatalogRule{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[23]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2771,7 @@ func (x *CatalogRule) String() string {
 func (*CatalogRule) ProtoMessage() {}
 
 func (x *CatalogRule) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[23]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2784,7 @@ func (x *CatalogRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogRule.ProtoReflect.Descriptor instead.
 func (*CatalogRule) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{23}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CatalogRule) GetRule() string {
@@ -2566,7 +2935,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[24]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2947,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[24]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2960,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{24}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Failure) GetCatalog() string {
@@ -2773,14 +3142,20 @@ type Decision struct {
 	// (placed by it or by an earlier one), the one ending last when several
 	// cover it. When set and the verdict retries, retry.after_ms reaches at
 	// least its end (for an open circuit: its next probe slot).
-	Hold          *Hold `protobuf:"bytes,17,opt,name=hold,proto3" json:"hold,omitempty"`
+	Hold *Hold `protobuf:"bytes,17,opt,name=hold,proto3" json:"hold,omitempty"`
+	// The fleet retry budget of this failure's scope, when one is declared and
+	// the scope has recorded first attempts: where it stands after this
+	// decision. When it is spent, a retry is deferred (retry.after_ms reaches
+	// the time the window has room again, strategy STRATEGY_BUDGET, a
+	// `budget_exhausted:` warning), never refused by the budget.
+	Budget        *RetryBudget `protobuf:"bytes,18,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[25]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +3167,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[25]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +3180,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{25}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Decision) GetVerdict() Verdict {
@@ -2927,6 +3302,13 @@ func (x *Decision) GetHold() *Hold {
 	return nil
 }
 
+func (x *Decision) GetBudget() *RetryBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
 // The ASC 0.1 retry contract.
 type RetryContract struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2961,7 +3343,7 @@ type RetryContract struct {
 
 func (x *RetryContract) Reset() {
 	*x = RetryContract{}
-	mi := &file_retryd_v1_retryd_proto_msgTypes[26]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3355,7 @@ func (x *RetryContract) String() string {
 func (*RetryContract) ProtoMessage() {}
 
 func (x *RetryContract) ProtoReflect() protoreflect.Message {
-	mi := &file_retryd_v1_retryd_proto_msgTypes[26]
+	mi := &file_retryd_v1_retryd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3368,7 @@ func (x *RetryContract) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryContract.ProtoReflect.Descriptor instead.
 func (*RetryContract) Descriptor() ([]byte, []int) {
-	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{26}
+	return file_retryd_v1_retryd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryContract) GetRetryable() bool {
@@ -3070,7 +3452,33 @@ var File_retryd_v1_retryd_proto protoreflect.FileDescriptor
 
 const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\n" +
-	"\x16retryd/v1/retryd.proto\x12\tretryd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xca\x01\n" +
+	"\x16retryd/v1/retryd.proto\x12\tretryd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"d\n" +
+	"\x12ListBudgetsRequest\x12\x18\n" +
+	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x02 \x01(\tR\n" +
+	"dependency\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"J\n" +
+	"\x13ListBudgetsResponse\x123\n" +
+	"\abudgets\x18\x01 \x03(\v2\x19.retryd.v1.BudgetStandingR\abudgets\"\x84\x01\n" +
+	"\x0eBudgetStanding\x12\x18\n" +
+	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x12\n" +
+	"\x04rule\x18\x03 \x01(\tR\x04rule\x12.\n" +
+	"\x06budget\x18\x04 \x01(\v2\x16.retryd.v1.RetryBudgetR\x06budget\"\xb9\x01\n" +
+	"\vRetryBudget\x12\x1b\n" +
+	"\tscope_key\x18\x01 \x01(\tR\bscopeKey\x12\x1a\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\x12\x18\n" +
+	"\aretries\x18\x03 \x01(\x04R\aretries\x12\x18\n" +
+	"\aallowed\x18\x04 \x01(\x04R\aallowed\x12=\n" +
+	"\fwindow_start\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vwindowStart\"\xc4\x01\n" +
+	"\rCatalogBudget\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1b\n" +
+	"\twindow_ms\x18\x02 \x01(\x04R\bwindowMs\x12#\n" +
+	"\rretry_percent\x18\x03 \x01(\rR\fretryPercent\x12-\n" +
+	"\x13min_retries_per_sec\x18\x04 \x01(\rR\x10minRetriesPerSec\x12\x1f\n" +
+	"\brequests\x18\x05 \x01(\x04H\x00R\brequests\x88\x01\x01B\v\n" +
+	"\t_requests\"\xca\x01\n" +
 	"\fAdmitRequest\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
 	"\n" +
@@ -3173,7 +3581,7 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x14ListCatalogsResponse\x12.\n" +
 	"\bcatalogs\x18\x01 \x03(\v2\x12.retryd.v1.CatalogR\bcatalogs\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\tR\rpolicyVersion\x12'\n" +
-	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xa1\x04\n" +
+	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xd5\x04\n" +
 	"\aCatalog\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -3195,7 +3603,8 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\fmax_delay_ms\x18\r \x01(\x04R\n" +
 	"maxDelayMs\x12\x1f\n" +
 	"\vquota_reset\x18\x0e \x01(\tR\n" +
-	"quotaReset\"Y\n" +
+	"quotaReset\x122\n" +
+	"\abudgets\x18\x0f \x03(\v2\x18.retryd.v1.CatalogBudgetR\abudgets\"Y\n" +
 	"\aBackoff\x12\x17\n" +
 	"\abase_ms\x18\x01 \x01(\x04R\x06baseMs\x12\x1e\n" +
 	"\n" +
@@ -3262,7 +3671,7 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x0fquota_resets_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\rquotaResetsAt\x12\x1f\n" +
 	"\vprobe_token\x18\x13 \x01(\tR\n" +
 	"probeTokenB\x11\n" +
-	"\x0f_retry_after_ms\"\x90\x05\n" +
+	"\x0f_retry_after_ms\"\xc0\x05\n" +
 	"\bDecision\x12,\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x12.retryd.v1.VerdictR\averdict\x12.\n" +
 	"\x05retry\x18\x02 \x01(\v2\x18.retryd.v1.RetryContractR\x05retry\x12?\n" +
@@ -3283,7 +3692,8 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"request_id\x18\x0e \x01(\tR\trequestId\x12%\n" +
 	"\x0eterminal_state\x18\x0f \x01(\tR\rterminalState\x12\x1a\n" +
 	"\bwarnings\x18\x10 \x03(\tR\bwarnings\x12#\n" +
-	"\x04hold\x18\x11 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\x82\x04\n" +
+	"\x04hold\x18\x11 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\x12.\n" +
+	"\x06budget\x18\x12 \x01(\v2\x16.retryd.v1.RetryBudgetR\x06budget\"\x82\x04\n" +
 	"\rRetryContract\x12\x1c\n" +
 	"\tretryable\x18\x01 \x01(\bR\tretryable\x12\x12\n" +
 	"\x04safe\x18\x02 \x01(\bR\x04safe\x12\x19\n" +
@@ -3332,14 +3742,15 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x16SIDE_EFFECT_STATE_NONE\x10\x01\x12\x1e\n" +
 	"\x1aSIDE_EFFECT_STATE_POSSIBLE\x10\x02\x12\x1f\n" +
 	"\x1bSIDE_EFFECT_STATE_CONFIRMED\x10\x03\x12\x1d\n" +
-	"\x19SIDE_EFFECT_STATE_UNKNOWN\x10\x04*\x9d\x01\n" +
+	"\x19SIDE_EFFECT_STATE_UNKNOWN\x10\x04*\xb2\x01\n" +
 	"\bStrategy\x12\x18\n" +
 	"\x14STRATEGY_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTRATEGY_NONE\x10\x01\x12 \n" +
 	"\x1cSTRATEGY_EXPONENTIAL_BACKOFF\x10\x02\x12\x18\n" +
 	"\x14STRATEGY_RETRY_AFTER\x10\x03\x12\x15\n" +
 	"\x11STRATEGY_SCHEDULE\x10\x04\x12\x11\n" +
-	"\rSTRATEGY_HOLD\x10\x05*|\n" +
+	"\rSTRATEGY_HOLD\x10\x05\x12\x13\n" +
+	"\x0fSTRATEGY_BUDGET\x10\x06*|\n" +
 	"\bReadBack\x12\x19\n" +
 	"\x15READ_BACK_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18READ_BACK_EFFECT_PRESENT\x10\x01\x12\x1b\n" +
@@ -3350,7 +3761,7 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\rSCOPE_REQUEST\x10\x01\x12\x10\n" +
 	"\fSCOPE_TENANT\x10\x02\x12\x14\n" +
 	"\x10SCOPE_DEPENDENCY\x10\x03\x12\x10\n" +
-	"\fSCOPE_METHOD\x10\x042\xf6\x04\n" +
+	"\fSCOPE_METHOD\x10\x042\xc4\x05\n" +
 	"\x14RetryDecisionService\x12C\n" +
 	"\bClassify\x12\x1a.retryd.v1.ClassifyRequest\x1a\x1b.retryd.v1.ClassifyResponse\x12R\n" +
 	"\rClassifyBatch\x12\x1f.retryd.v1.ClassifyBatchRequest\x1a .retryd.v1.ClassifyBatchResponse\x12O\n" +
@@ -3360,7 +3771,8 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\tListHolds\x12\x1b.retryd.v1.ListHoldsRequest\x1a\x1c.retryd.v1.ListHoldsResponse\x12L\n" +
 	"\vReleaseHold\x12\x1d.retryd.v1.ReleaseHoldRequest\x1a\x1e.retryd.v1.ReleaseHoldResponse\x12K\n" +
 	"\n" +
-	"WatchHolds\x12\x1c.retryd.v1.WatchHoldsRequest\x1a\x1d.retryd.v1.WatchHoldsResponse0\x01BI\n" +
+	"WatchHolds\x12\x1c.retryd.v1.WatchHoldsRequest\x1a\x1d.retryd.v1.WatchHoldsResponse0\x01\x12L\n" +
+	"\vListBudgets\x12\x1d.retryd.v1.ListBudgetsRequest\x1a\x1e.retryd.v1.ListBudgetsResponseBI\n" +
 	"\rdev.retryd.v1P\x01Z6github.com/retryd/retryd/examples/go/retrydv1;retrydv1b\x06proto3"
 
 var (
@@ -3376,7 +3788,7 @@ func file_retryd_v1_retryd_proto_rawDescGZIP() []byte {
 }
 
 var file_retryd_v1_retryd_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_retryd_v1_retryd_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_retryd_v1_retryd_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_retryd_v1_retryd_proto_goTypes = []any{
 	(HoldEventKind)(0),             // 0: retryd.v1.HoldEventKind
 	(HoldKind)(0),                  // 1: retryd.v1.HoldKind
@@ -3387,111 +3799,123 @@ var file_retryd_v1_retryd_proto_goTypes = []any{
 	(Strategy)(0),                  // 6: retryd.v1.Strategy
 	(ReadBack)(0),                  // 7: retryd.v1.ReadBack
 	(Scope)(0),                     // 8: retryd.v1.Scope
-	(*AdmitRequest)(nil),           // 9: retryd.v1.AdmitRequest
-	(*AdmitResponse)(nil),          // 10: retryd.v1.AdmitResponse
-	(*ReportOutcomesRequest)(nil),  // 11: retryd.v1.ReportOutcomesRequest
-	(*OutcomeCount)(nil),           // 12: retryd.v1.OutcomeCount
-	(*ReportOutcomesResponse)(nil), // 13: retryd.v1.ReportOutcomesResponse
-	(*ListHoldsRequest)(nil),       // 14: retryd.v1.ListHoldsRequest
-	(*ListHoldsResponse)(nil),      // 15: retryd.v1.ListHoldsResponse
-	(*ReleaseHoldRequest)(nil),     // 16: retryd.v1.ReleaseHoldRequest
-	(*ReleaseHoldResponse)(nil),    // 17: retryd.v1.ReleaseHoldResponse
-	(*WatchHoldsRequest)(nil),      // 18: retryd.v1.WatchHoldsRequest
-	(*WatchHoldsResponse)(nil),     // 19: retryd.v1.WatchHoldsResponse
-	(*Hold)(nil),                   // 20: retryd.v1.Hold
-	(*ClassifyRequest)(nil),        // 21: retryd.v1.ClassifyRequest
-	(*ClassifyResponse)(nil),       // 22: retryd.v1.ClassifyResponse
-	(*ClassifyBatchRequest)(nil),   // 23: retryd.v1.ClassifyBatchRequest
-	(*ClassifyBatchResponse)(nil),  // 24: retryd.v1.ClassifyBatchResponse
-	(*BatchResult)(nil),            // 25: retryd.v1.BatchResult
-	(*BatchSummary)(nil),           // 26: retryd.v1.BatchSummary
-	(*ListCatalogsRequest)(nil),    // 27: retryd.v1.ListCatalogsRequest
-	(*ListCatalogsResponse)(nil),   // 28: retryd.v1.ListCatalogsResponse
-	(*Catalog)(nil),                // 29: retryd.v1.Catalog
-	(*Backoff)(nil),                // 30: retryd.v1.Backoff
-	(*CatalogCode)(nil),            // 31: retryd.v1.CatalogCode
-	(*CatalogRule)(nil),            // 32: retryd.v1.CatalogRule
-	(*Failure)(nil),                // 33: retryd.v1.Failure
-	(*Decision)(nil),               // 34: retryd.v1.Decision
-	(*RetryContract)(nil),          // 35: retryd.v1.RetryContract
-	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
-	(*status.Status)(nil),          // 37: google.rpc.Status
+	(*ListBudgetsRequest)(nil),     // 9: retryd.v1.ListBudgetsRequest
+	(*ListBudgetsResponse)(nil),    // 10: retryd.v1.ListBudgetsResponse
+	(*BudgetStanding)(nil),         // 11: retryd.v1.BudgetStanding
+	(*RetryBudget)(nil),            // 12: retryd.v1.RetryBudget
+	(*CatalogBudget)(nil),          // 13: retryd.v1.CatalogBudget
+	(*AdmitRequest)(nil),           // 14: retryd.v1.AdmitRequest
+	(*AdmitResponse)(nil),          // 15: retryd.v1.AdmitResponse
+	(*ReportOutcomesRequest)(nil),  // 16: retryd.v1.ReportOutcomesRequest
+	(*OutcomeCount)(nil),           // 17: retryd.v1.OutcomeCount
+	(*ReportOutcomesResponse)(nil), // 18: retryd.v1.ReportOutcomesResponse
+	(*ListHoldsRequest)(nil),       // 19: retryd.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),      // 20: retryd.v1.ListHoldsResponse
+	(*ReleaseHoldRequest)(nil),     // 21: retryd.v1.ReleaseHoldRequest
+	(*ReleaseHoldResponse)(nil),    // 22: retryd.v1.ReleaseHoldResponse
+	(*WatchHoldsRequest)(nil),      // 23: retryd.v1.WatchHoldsRequest
+	(*WatchHoldsResponse)(nil),     // 24: retryd.v1.WatchHoldsResponse
+	(*Hold)(nil),                   // 25: retryd.v1.Hold
+	(*ClassifyRequest)(nil),        // 26: retryd.v1.ClassifyRequest
+	(*ClassifyResponse)(nil),       // 27: retryd.v1.ClassifyResponse
+	(*ClassifyBatchRequest)(nil),   // 28: retryd.v1.ClassifyBatchRequest
+	(*ClassifyBatchResponse)(nil),  // 29: retryd.v1.ClassifyBatchResponse
+	(*BatchResult)(nil),            // 30: retryd.v1.BatchResult
+	(*BatchSummary)(nil),           // 31: retryd.v1.BatchSummary
+	(*ListCatalogsRequest)(nil),    // 32: retryd.v1.ListCatalogsRequest
+	(*ListCatalogsResponse)(nil),   // 33: retryd.v1.ListCatalogsResponse
+	(*Catalog)(nil),                // 34: retryd.v1.Catalog
+	(*Backoff)(nil),                // 35: retryd.v1.Backoff
+	(*CatalogCode)(nil),            // 36: retryd.v1.CatalogCode
+	(*CatalogRule)(nil),            // 37: retryd.v1.CatalogRule
+	(*Failure)(nil),                // 38: retryd.v1.Failure
+	(*Decision)(nil),               // 39: retryd.v1.Decision
+	(*RetryContract)(nil),          // 40: retryd.v1.RetryContract
+	(*timestamppb.Timestamp)(nil),  // 41: google.protobuf.Timestamp
+	(*status.Status)(nil),          // 42: google.rpc.Status
 }
 var file_retryd_v1_retryd_proto_depIdxs = []int32{
-	2,  // 0: retryd.v1.AdmitRequest.operation:type_name -> retryd.v1.OperationKind
-	20, // 1: retryd.v1.AdmitResponse.hold:type_name -> retryd.v1.Hold
-	36, // 2: retryd.v1.AdmitResponse.retry_at:type_name -> google.protobuf.Timestamp
-	12, // 3: retryd.v1.ReportOutcomesRequest.counts:type_name -> retryd.v1.OutcomeCount
-	20, // 4: retryd.v1.ReportOutcomesResponse.hold:type_name -> retryd.v1.Hold
-	20, // 5: retryd.v1.ListHoldsResponse.holds:type_name -> retryd.v1.Hold
-	20, // 6: retryd.v1.ReleaseHoldResponse.hold:type_name -> retryd.v1.Hold
-	0,  // 7: retryd.v1.WatchHoldsResponse.kind:type_name -> retryd.v1.HoldEventKind
-	20, // 8: retryd.v1.WatchHoldsResponse.hold:type_name -> retryd.v1.Hold
-	8,  // 9: retryd.v1.Hold.scope:type_name -> retryd.v1.Scope
-	1,  // 10: retryd.v1.Hold.kind:type_name -> retryd.v1.HoldKind
-	36, // 11: retryd.v1.Hold.since:type_name -> google.protobuf.Timestamp
-	36, // 12: retryd.v1.Hold.until:type_name -> google.protobuf.Timestamp
-	33, // 13: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
-	34, // 14: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
-	33, // 15: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
-	25, // 16: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
-	26, // 17: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
-	34, // 18: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
-	37, // 19: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
-	29, // 20: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
-	30, // 21: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
-	31, // 22: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
-	31, // 23: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
-	31, // 24: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
-	4,  // 25: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
-	3,  // 26: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
-	3,  // 27: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
-	3,  // 28: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
-	3,  // 29: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
-	32, // 30: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
-	32, // 31: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
-	32, // 32: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
-	32, // 33: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
-	3,  // 34: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
-	5,  // 35: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
-	8,  // 36: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
-	1,  // 37: retryd.v1.CatalogRule.hold_kind:type_name -> retryd.v1.HoldKind
-	8,  // 38: retryd.v1.CatalogRule.hold_scope:type_name -> retryd.v1.Scope
-	2,  // 39: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
-	36, // 40: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
-	7,  // 41: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
-	35, // 42: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
-	36, // 43: retryd.v1.Failure.quota_resets_at:type_name -> google.protobuf.Timestamp
-	3,  // 44: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
-	35, // 45: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
-	4,  // 46: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
-	2,  // 47: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
-	8,  // 48: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
-	20, // 49: retryd.v1.Decision.hold:type_name -> retryd.v1.Hold
-	6,  // 50: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
-	36, // 51: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 52: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
-	21, // 53: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
-	23, // 54: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
-	27, // 55: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
-	9,  // 56: retryd.v1.RetryDecisionService.Admit:input_type -> retryd.v1.AdmitRequest
-	11, // 57: retryd.v1.RetryDecisionService.ReportOutcomes:input_type -> retryd.v1.ReportOutcomesRequest
-	14, // 58: retryd.v1.RetryDecisionService.ListHolds:input_type -> retryd.v1.ListHoldsRequest
-	16, // 59: retryd.v1.RetryDecisionService.ReleaseHold:input_type -> retryd.v1.ReleaseHoldRequest
-	18, // 60: retryd.v1.RetryDecisionService.WatchHolds:input_type -> retryd.v1.WatchHoldsRequest
-	22, // 61: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
-	24, // 62: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
-	28, // 63: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
-	10, // 64: retryd.v1.RetryDecisionService.Admit:output_type -> retryd.v1.AdmitResponse
-	13, // 65: retryd.v1.RetryDecisionService.ReportOutcomes:output_type -> retryd.v1.ReportOutcomesResponse
-	15, // 66: retryd.v1.RetryDecisionService.ListHolds:output_type -> retryd.v1.ListHoldsResponse
-	17, // 67: retryd.v1.RetryDecisionService.ReleaseHold:output_type -> retryd.v1.ReleaseHoldResponse
-	19, // 68: retryd.v1.RetryDecisionService.WatchHolds:output_type -> retryd.v1.WatchHoldsResponse
-	61, // [61:69] is the sub-list for method output_type
-	53, // [53:61] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	11, // 0: retryd.v1.ListBudgetsResponse.budgets:type_name -> retryd.v1.BudgetStanding
+	12, // 1: retryd.v1.BudgetStanding.budget:type_name -> retryd.v1.RetryBudget
+	41, // 2: retryd.v1.RetryBudget.window_start:type_name -> google.protobuf.Timestamp
+	2,  // 3: retryd.v1.AdmitRequest.operation:type_name -> retryd.v1.OperationKind
+	25, // 4: retryd.v1.AdmitResponse.hold:type_name -> retryd.v1.Hold
+	41, // 5: retryd.v1.AdmitResponse.retry_at:type_name -> google.protobuf.Timestamp
+	17, // 6: retryd.v1.ReportOutcomesRequest.counts:type_name -> retryd.v1.OutcomeCount
+	25, // 7: retryd.v1.ReportOutcomesResponse.hold:type_name -> retryd.v1.Hold
+	25, // 8: retryd.v1.ListHoldsResponse.holds:type_name -> retryd.v1.Hold
+	25, // 9: retryd.v1.ReleaseHoldResponse.hold:type_name -> retryd.v1.Hold
+	0,  // 10: retryd.v1.WatchHoldsResponse.kind:type_name -> retryd.v1.HoldEventKind
+	25, // 11: retryd.v1.WatchHoldsResponse.hold:type_name -> retryd.v1.Hold
+	8,  // 12: retryd.v1.Hold.scope:type_name -> retryd.v1.Scope
+	1,  // 13: retryd.v1.Hold.kind:type_name -> retryd.v1.HoldKind
+	41, // 14: retryd.v1.Hold.since:type_name -> google.protobuf.Timestamp
+	41, // 15: retryd.v1.Hold.until:type_name -> google.protobuf.Timestamp
+	38, // 16: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
+	39, // 17: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
+	38, // 18: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
+	30, // 19: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
+	31, // 20: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
+	39, // 21: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
+	42, // 22: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
+	34, // 23: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
+	35, // 24: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
+	36, // 25: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
+	36, // 26: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
+	36, // 27: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
+	13, // 28: retryd.v1.Catalog.budgets:type_name -> retryd.v1.CatalogBudget
+	4,  // 29: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
+	3,  // 30: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
+	3,  // 31: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
+	3,  // 32: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
+	3,  // 33: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
+	37, // 34: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
+	37, // 35: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
+	37, // 36: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
+	37, // 37: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
+	3,  // 38: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
+	5,  // 39: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
+	8,  // 40: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
+	1,  // 41: retryd.v1.CatalogRule.hold_kind:type_name -> retryd.v1.HoldKind
+	8,  // 42: retryd.v1.CatalogRule.hold_scope:type_name -> retryd.v1.Scope
+	2,  // 43: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
+	41, // 44: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
+	7,  // 45: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
+	40, // 46: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
+	41, // 47: retryd.v1.Failure.quota_resets_at:type_name -> google.protobuf.Timestamp
+	3,  // 48: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
+	40, // 49: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
+	4,  // 50: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
+	2,  // 51: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
+	8,  // 52: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
+	25, // 53: retryd.v1.Decision.hold:type_name -> retryd.v1.Hold
+	12, // 54: retryd.v1.Decision.budget:type_name -> retryd.v1.RetryBudget
+	6,  // 55: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
+	41, // 56: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
+	5,  // 57: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
+	26, // 58: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
+	28, // 59: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
+	32, // 60: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
+	14, // 61: retryd.v1.RetryDecisionService.Admit:input_type -> retryd.v1.AdmitRequest
+	16, // 62: retryd.v1.RetryDecisionService.ReportOutcomes:input_type -> retryd.v1.ReportOutcomesRequest
+	19, // 63: retryd.v1.RetryDecisionService.ListHolds:input_type -> retryd.v1.ListHoldsRequest
+	21, // 64: retryd.v1.RetryDecisionService.ReleaseHold:input_type -> retryd.v1.ReleaseHoldRequest
+	23, // 65: retryd.v1.RetryDecisionService.WatchHolds:input_type -> retryd.v1.WatchHoldsRequest
+	9,  // 66: retryd.v1.RetryDecisionService.ListBudgets:input_type -> retryd.v1.ListBudgetsRequest
+	27, // 67: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
+	29, // 68: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
+	33, // 69: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
+	15, // 70: retryd.v1.RetryDecisionService.Admit:output_type -> retryd.v1.AdmitResponse
+	18, // 71: retryd.v1.RetryDecisionService.ReportOutcomes:output_type -> retryd.v1.ReportOutcomesResponse
+	20, // 72: retryd.v1.RetryDecisionService.ListHolds:output_type -> retryd.v1.ListHoldsResponse
+	22, // 73: retryd.v1.RetryDecisionService.ReleaseHold:output_type -> retryd.v1.ReleaseHoldResponse
+	24, // 74: retryd.v1.RetryDecisionService.WatchHolds:output_type -> retryd.v1.WatchHoldsResponse
+	10, // 75: retryd.v1.RetryDecisionService.ListBudgets:output_type -> retryd.v1.ListBudgetsResponse
+	67, // [67:76] is the sub-list for method output_type
+	58, // [58:67] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_retryd_v1_retryd_proto_init() }
@@ -3499,20 +3923,21 @@ func file_retryd_v1_retryd_proto_init() {
 	if File_retryd_v1_retryd_proto != nil {
 		return
 	}
-	file_retryd_v1_retryd_proto_msgTypes[16].OneofWrappers = []any{
+	file_retryd_v1_retryd_proto_msgTypes[4].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[21].OneofWrappers = []any{
 		(*BatchResult_Decision)(nil),
 		(*BatchResult_Error)(nil),
 	}
-	file_retryd_v1_retryd_proto_msgTypes[22].OneofWrappers = []any{}
-	file_retryd_v1_retryd_proto_msgTypes[24].OneofWrappers = []any{}
-	file_retryd_v1_retryd_proto_msgTypes[26].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[27].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[29].OneofWrappers = []any{}
+	file_retryd_v1_retryd_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_retryd_v1_retryd_proto_rawDesc), len(file_retryd_v1_retryd_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   27,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

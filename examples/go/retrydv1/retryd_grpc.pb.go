@@ -35,6 +35,7 @@ const (
 	RetryDecisionService_ListHolds_FullMethodName      = "/retryd.v1.RetryDecisionService/ListHolds"
 	RetryDecisionService_ReleaseHold_FullMethodName    = "/retryd.v1.RetryDecisionService/ReleaseHold"
 	RetryDecisionService_WatchHolds_FullMethodName     = "/retryd.v1.RetryDecisionService/WatchHolds"
+	RetryDecisionService_ListBudgets_FullMethodName    = "/retryd.v1.RetryDecisionService/ListBudgets"
 )
 
 // RetryDecisionServiceClient is the client API for RetryDecisionService service.
@@ -84,6 +85,10 @@ type RetryDecisionServiceClient interface {
 	// placement, extension and lift. Ended with UNAVAILABLE when the server
 	// begins to drain. Tenant names are hashed unless the caller is an operator.
 	WatchHolds(ctx context.Context, in *WatchHoldsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchHoldsResponse], error)
+	// Lists the busiest retry-budget scopes this replica knows (with the fleet
+	// totals under --state redis), most used first: where each stands in its
+	// window. Scope keys carry tenants hashed.
+	ListBudgets(ctx context.Context, in *ListBudgetsRequest, opts ...grpc.CallOption) (*ListBudgetsResponse, error)
 }
 
 type retryDecisionServiceClient struct {
@@ -183,6 +188,16 @@ func (c *retryDecisionServiceClient) WatchHolds(ctx context.Context, in *WatchHo
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RetryDecisionService_WatchHoldsClient = grpc.ServerStreamingClient[WatchHoldsResponse]
 
+func (c *retryDecisionServiceClient) ListBudgets(ctx context.Context, in *ListBudgetsRequest, opts ...grpc.CallOption) (*ListBudgetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBudgetsResponse)
+	err := c.cc.Invoke(ctx, RetryDecisionService_ListBudgets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RetryDecisionServiceServer is the server API for RetryDecisionService service.
 // All implementations must embed UnimplementedRetryDecisionServiceServer
 // for forward compatibility.
@@ -230,6 +245,10 @@ type RetryDecisionServiceServer interface {
 	// placement, extension and lift. Ended with UNAVAILABLE when the server
 	// begins to drain. Tenant names are hashed unless the caller is an operator.
 	WatchHolds(*WatchHoldsRequest, grpc.ServerStreamingServer[WatchHoldsResponse]) error
+	// Lists the busiest retry-budget scopes this replica knows (with the fleet
+	// totals under --state redis), most used first: where each stands in its
+	// window. Scope keys carry tenants hashed.
+	ListBudgets(context.Context, *ListBudgetsRequest) (*ListBudgetsResponse, error)
 	mustEmbedUnimplementedRetryDecisionServiceServer()
 }
 
@@ -263,6 +282,9 @@ func (UnimplementedRetryDecisionServiceServer) ReleaseHold(context.Context, *Rel
 }
 func (UnimplementedRetryDecisionServiceServer) WatchHolds(*WatchHoldsRequest, grpc.ServerStreamingServer[WatchHoldsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchHolds not implemented")
+}
+func (UnimplementedRetryDecisionServiceServer) ListBudgets(context.Context, *ListBudgetsRequest) (*ListBudgetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBudgets not implemented")
 }
 func (UnimplementedRetryDecisionServiceServer) mustEmbedUnimplementedRetryDecisionServiceServer() {}
 func (UnimplementedRetryDecisionServiceServer) testEmbeddedByValue()                              {}
@@ -422,6 +444,24 @@ func _RetryDecisionService_WatchHolds_Handler(srv interface{}, stream grpc.Serve
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RetryDecisionService_WatchHoldsServer = grpc.ServerStreamingServer[WatchHoldsResponse]
 
+func _RetryDecisionService_ListBudgets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBudgetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RetryDecisionServiceServer).ListBudgets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RetryDecisionService_ListBudgets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RetryDecisionServiceServer).ListBudgets(ctx, req.(*ListBudgetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RetryDecisionService_ServiceDesc is the grpc.ServiceDesc for RetryDecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -456,6 +496,10 @@ var RetryDecisionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseHold",
 			Handler:    _RetryDecisionService_ReleaseHold_Handler,
+		},
+		{
+			MethodName: "ListBudgets",
+			Handler:    _RetryDecisionService_ListBudgets_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -249,6 +249,34 @@ impl Compiler<'_> {
                 None
             }
         };
+        let mut budgets = Vec::new();
+        for (i, b) in self
+            .optional("budgets", s.budgets)
+            .flatten()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            match super::budgets::compile_budget(b) {
+                Ok(rule) => {
+                    if budgets
+                        .iter()
+                        .any(|o: &crate::core::budget::BudgetRule| o.scope == rule.scope)
+                    {
+                        self.err(
+                            format!("budgets[{i}].scope"),
+                            format!("a second {} budget; one budget per scope", rule.scope.as_str()),
+                        );
+                    }
+                    budgets.push(rule);
+                }
+                Err(errors) => {
+                    for (k, m) in errors {
+                        self.err(format!("budgets[{i}].{k}"), m);
+                    }
+                }
+            }
+        }
         let (read_words, write_words) = match self.required("operations", s.operations) {
             Some(ops) => {
                 self.unknown_keys("operations", ops.unknown_keys, super::source::OperationsSource::KEYS);
@@ -314,6 +342,7 @@ impl Compiler<'_> {
             exhausted_terminal_state: terminal,
             max_delay_ms: self.max_delay_ms,
             quota,
+            budgets,
             read_words,
             write_words,
             codes,

@@ -2,6 +2,7 @@
 //! and a write may do. Catalogs are data (TOML under `policies/`); this module
 //! parses, validates and compiles them into the lookup form the engine uses.
 
+pub mod budgets;
 mod compile;
 pub mod holds;
 mod locate;
@@ -163,6 +164,8 @@ pub struct Catalog {
     pub max_delay_ms: u64,
     /// When an exhausted allowance resets.
     pub quota: Option<QuotaReset>,
+    /// The fleet retry budgets (`[[budgets]]`), in file order.
+    pub budgets: Vec<crate::core::budget::BudgetRule>,
     read_words: Vec<Box<str>>,
     write_words: Vec<Box<str>>,
     codes: Vec<CodeEntry>,

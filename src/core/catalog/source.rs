@@ -84,6 +84,9 @@ pub struct CatalogSource {
     /// When an exhausted allowance resets (for `quota_stop` holds).
     #[serde(default)]
     pub quota: Field<super::holds::QuotaSource>,
+    /// Fleet retry budgets (`[[budgets]]`).
+    #[serde(default)]
+    pub budgets: Field<Vec<super::budgets::BudgetSource>>,
     /// Policy test cases kept in the catalog file (`[[tests]]`), read by
     /// `retryd policy test`, not by the catalog compiler.
     #[serde(default)]
@@ -109,6 +112,7 @@ impl CatalogSource {
         "no_envelope",
         "max_delay_ms",
         "quota",
+        "budgets",
         "tests",
     ];
 }

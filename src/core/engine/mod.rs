@@ -48,6 +48,38 @@ pub fn decide_held<'a>(
     now: UnixMillis,
     hold_until: Option<UnixMillis>,
 ) -> Result<Decision<'a>, DecideError> {
+    decide_floored(
+        policy,
+        failure,
+        now,
+        hold_until.map(|until| Floor {
+            until,
+            strategy: Strategy::Hold,
+        }),
+    )
+}
+
+/// The earliest time a retry may go ahead, set by the fleet (a hold, or a
+/// spent retry budget), and the strategy that names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Floor {
+    /// Not before.
+    pub until: UnixMillis,
+    /// Why: [`Strategy::Hold`] or [`Strategy::Budget`].
+    pub strategy: Strategy,
+}
+
+/// Decides as [`decide`] does, with a retry waiting at least until
+/// `floor.until` (`strategy` says why when the floor decides the wait); the
+/// attempt and deadline limits judge that wait like any other, so a floor
+/// past the deadline turns the retry into `do_not_retry`. A floor never
+/// turns a verdict into a retry: it only delays one.
+pub fn decide_floored<'a>(
+    policy: &'a Policy,
+    failure: &Failure<'a>,
+    now: UnixMillis,
+    floor: Option<Floor>,
+) -> Result<Decision<'a>, DecideError> {
     let catalog = resolve_catalog(policy, failure.catalog)?;
     let mut warnings = Warnings::default();
 
@@ -135,13 +167,16 @@ pub fn decide_held<'a>(
             after_ms = capped(up.after_ms, cap, &mut warnings);
             max_after_ms = max_after_ms.max(after_ms);
         }
-        if let Some(wait) = hold_until.map(|until| now.ms_until(until)).filter(|w| *w > after_ms) {
-            // The fleet's hold ends later than any other delay: wait for it,
-            // keeping the jitter window's width above it.
+        if let Some((wait, why)) = floor
+            .map(|f| (now.ms_until(f.until), f.strategy))
+            .filter(|(w, _)| *w > after_ms)
+        {
+            // The fleet's hold or budget ends later than any other delay:
+            // wait for it, keeping the jitter window's width above it.
             let width = max_after_ms.saturating_sub(after_ms);
             after_ms = capped(wait, cap, &mut warnings);
             max_after_ms = after_ms.saturating_add(width);
-            strategy = Strategy::Hold;
+            strategy = why;
         }
         // One cap for every delay; nothing above 2^63-1 reaches the wire.
         after_ms = capped(after_ms, cap, &mut warnings);
@@ -207,6 +242,7 @@ pub fn decide_held<'a>(
         terminal_state: d.terminal_state,
         warnings,
         hold_plan,
+        budget: None,
     })
 }
 

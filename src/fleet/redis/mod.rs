@@ -38,9 +38,11 @@
 //!
 //! Commands used (for an ACL): EVALSHA/EVAL (scripts that call HMGET,
 //! HSET, DEL, GET, SET, PEXPIREAT, PUBLISH), SET, SCAN, HMGET, SUBSCRIBE,
-//! PING, INFO, CLUSTER NODES. Key layout (Redis Cluster ready, bounded
+//! PING, INFO, CLUSTER NODES; for retry budgets ZADD, ZREMRANGEBYSCORE,
+//! ZCARD, PEXPIRE, HINCRBY, HDEL, HGETALL ([`budget`]). Key layout (Redis Cluster ready, bounded
 //! sizes): see [`keys`].
 
+pub mod budget;
 mod conn;
 pub mod keys;
 mod options;
@@ -349,5 +351,17 @@ impl SharedStore for RedisStore {
 
     fn describe(&self) -> String {
         self.shared.target.describe()
+    }
+
+    fn shares_budgets(&self) -> bool {
+        true
+    }
+
+    fn flush_budgets<'a>(
+        &'a self,
+        batch: &'a [crate::fleet::budget::flush::ScopeFlush],
+        now: UnixMillis,
+    ) -> StoreFuture<'a, Option<crate::fleet::budget::flush::FlushReply>> {
+        Box::pin(budget::flush(&self.shared, batch, now))
     }
 }

@@ -64,6 +64,7 @@ class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STRATEGY_RETRY_AFTER: _ClassVar[Strategy]
     STRATEGY_SCHEDULE: _ClassVar[Strategy]
     STRATEGY_HOLD: _ClassVar[Strategy]
+    STRATEGY_BUDGET: _ClassVar[Strategy]
 
 class ReadBack(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -112,6 +113,7 @@ STRATEGY_EXPONENTIAL_BACKOFF: Strategy
 STRATEGY_RETRY_AFTER: Strategy
 STRATEGY_SCHEDULE: Strategy
 STRATEGY_HOLD: Strategy
+STRATEGY_BUDGET: Strategy
 READ_BACK_UNSPECIFIED: ReadBack
 READ_BACK_EFFECT_PRESENT: ReadBack
 READ_BACK_EFFECT_ABSENT: ReadBack
@@ -121,6 +123,62 @@ SCOPE_REQUEST: Scope
 SCOPE_TENANT: Scope
 SCOPE_DEPENDENCY: Scope
 SCOPE_METHOD: Scope
+
+class ListBudgetsRequest(_message.Message):
+    __slots__ = ("catalog", "dependency", "limit")
+    CATALOG_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    catalog: str
+    dependency: str
+    limit: int
+    def __init__(self, catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListBudgetsResponse(_message.Message):
+    __slots__ = ("budgets",)
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    budgets: _containers.RepeatedCompositeFieldContainer[BudgetStanding]
+    def __init__(self, budgets: _Optional[_Iterable[_Union[BudgetStanding, _Mapping]]] = ...) -> None: ...
+
+class BudgetStanding(_message.Message):
+    __slots__ = ("catalog", "scope", "rule", "budget")
+    CATALOG_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    catalog: str
+    scope: str
+    rule: str
+    budget: RetryBudget
+    def __init__(self, catalog: _Optional[str] = ..., scope: _Optional[str] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[RetryBudget, _Mapping]] = ...) -> None: ...
+
+class RetryBudget(_message.Message):
+    __slots__ = ("scope_key", "requests", "retries", "allowed", "window_start")
+    SCOPE_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_START_FIELD_NUMBER: _ClassVar[int]
+    scope_key: str
+    requests: int
+    retries: int
+    allowed: int
+    window_start: _timestamp_pb2.Timestamp
+    def __init__(self, scope_key: _Optional[str] = ..., requests: _Optional[int] = ..., retries: _Optional[int] = ..., allowed: _Optional[int] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CatalogBudget(_message.Message):
+    __slots__ = ("scope", "window_ms", "retry_percent", "min_retries_per_sec", "requests")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MIN_RETRIES_PER_SEC_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    scope: str
+    window_ms: int
+    retry_percent: int
+    min_retries_per_sec: int
+    requests: int
+    def __init__(self, scope: _Optional[str] = ..., window_ms: _Optional[int] = ..., retry_percent: _Optional[int] = ..., min_retries_per_sec: _Optional[int] = ..., requests: _Optional[int] = ...) -> None: ...
 
 class AdmitRequest(_message.Message):
     __slots__ = ("catalog", "dependency", "tenant", "method", "operation", "attempt")
@@ -337,7 +395,7 @@ class ListCatalogsResponse(_message.Message):
     def __init__(self, catalogs: _Optional[_Iterable[_Union[Catalog, _Mapping]]] = ..., policy_version: _Optional[str] = ..., default_catalog: _Optional[str] = ...) -> None: ...
 
 class Catalog(_message.Message):
-    __slots__ = ("name", "description", "max_attempts", "backoff", "schedule_ms", "codes", "unknown", "no_envelope", "locales", "exhausted_terminal_state", "read_words", "write_words", "max_delay_ms", "quota_reset")
+    __slots__ = ("name", "description", "max_attempts", "backoff", "schedule_ms", "codes", "unknown", "no_envelope", "locales", "exhausted_terminal_state", "read_words", "write_words", "max_delay_ms", "quota_reset", "budgets")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -352,6 +410,7 @@ class Catalog(_message.Message):
     WRITE_WORDS_FIELD_NUMBER: _ClassVar[int]
     MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     QUOTA_RESET_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     max_attempts: int
@@ -366,7 +425,8 @@ class Catalog(_message.Message):
     write_words: _containers.RepeatedScalarFieldContainer[str]
     max_delay_ms: int
     quota_reset: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., max_attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., schedule_ms: _Optional[_Iterable[int]] = ..., codes: _Optional[_Iterable[_Union[CatalogCode, _Mapping]]] = ..., unknown: _Optional[_Union[CatalogCode, _Mapping]] = ..., no_envelope: _Optional[_Union[CatalogCode, _Mapping]] = ..., locales: _Optional[_Iterable[str]] = ..., exhausted_terminal_state: _Optional[str] = ..., read_words: _Optional[_Iterable[str]] = ..., write_words: _Optional[_Iterable[str]] = ..., max_delay_ms: _Optional[int] = ..., quota_reset: _Optional[str] = ...) -> None: ...
+    budgets: _containers.RepeatedCompositeFieldContainer[CatalogBudget]
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., max_attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., schedule_ms: _Optional[_Iterable[int]] = ..., codes: _Optional[_Iterable[_Union[CatalogCode, _Mapping]]] = ..., unknown: _Optional[_Union[CatalogCode, _Mapping]] = ..., no_envelope: _Optional[_Union[CatalogCode, _Mapping]] = ..., locales: _Optional[_Iterable[str]] = ..., exhausted_terminal_state: _Optional[str] = ..., read_words: _Optional[_Iterable[str]] = ..., write_words: _Optional[_Iterable[str]] = ..., max_delay_ms: _Optional[int] = ..., quota_reset: _Optional[str] = ..., budgets: _Optional[_Iterable[_Union[CatalogBudget, _Mapping]]] = ...) -> None: ...
 
 class Backoff(_message.Message):
     __slots__ = ("base_ms", "multiplier", "cap_ms")
@@ -481,7 +541,7 @@ class Failure(_message.Message):
     def __init__(self, catalog: _Optional[str] = ..., code: _Optional[str] = ..., operation: _Optional[_Union[OperationKind, str]] = ..., method: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., retry_after: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., idempotency_key_enforced: _Optional[bool] = ..., read_back: _Optional[_Union[ReadBack, str]] = ..., cannot_verify_effect: _Optional[bool] = ..., request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., upstream: _Optional[_Union[RetryContract, _Mapping]] = ..., dependency: _Optional[str] = ..., quota_resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., probe_token: _Optional[str] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("verdict", "retry", "target_reached", "catalog", "code", "known_code", "operation", "operation_inferred", "reason", "rule", "policy_version", "required_transition", "scope", "request_id", "terminal_state", "warnings", "hold")
+    __slots__ = ("verdict", "retry", "target_reached", "catalog", "code", "known_code", "operation", "operation_inferred", "reason", "rule", "policy_version", "required_transition", "scope", "request_id", "terminal_state", "warnings", "hold", "budget")
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
     TARGET_REACHED_FIELD_NUMBER: _ClassVar[int]
@@ -499,6 +559,7 @@ class Decision(_message.Message):
     TERMINAL_STATE_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     HOLD_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
     verdict: Verdict
     retry: RetryContract
     target_reached: TargetReached
@@ -516,7 +577,8 @@ class Decision(_message.Message):
     terminal_state: str
     warnings: _containers.RepeatedScalarFieldContainer[str]
     hold: Hold
-    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., retry: _Optional[_Union[RetryContract, _Mapping]] = ..., target_reached: _Optional[_Union[TargetReached, str]] = ..., catalog: _Optional[str] = ..., code: _Optional[str] = ..., known_code: _Optional[bool] = ..., operation: _Optional[_Union[OperationKind, str]] = ..., operation_inferred: _Optional[bool] = ..., reason: _Optional[str] = ..., rule: _Optional[str] = ..., policy_version: _Optional[str] = ..., required_transition: _Optional[str] = ..., scope: _Optional[_Union[Scope, str]] = ..., request_id: _Optional[str] = ..., terminal_state: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ...) -> None: ...
+    budget: RetryBudget
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., retry: _Optional[_Union[RetryContract, _Mapping]] = ..., target_reached: _Optional[_Union[TargetReached, str]] = ..., catalog: _Optional[str] = ..., code: _Optional[str] = ..., known_code: _Optional[bool] = ..., operation: _Optional[_Union[OperationKind, str]] = ..., operation_inferred: _Optional[bool] = ..., reason: _Optional[str] = ..., rule: _Optional[str] = ..., policy_version: _Optional[str] = ..., required_transition: _Optional[str] = ..., scope: _Optional[_Union[Scope, str]] = ..., request_id: _Optional[str] = ..., terminal_state: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ..., budget: _Optional[_Union[RetryBudget, _Mapping]] = ...) -> None: ...
 
 class RetryContract(_message.Message):
     __slots__ = ("retryable", "safe", "after_ms", "max_after_ms", "strategy", "attempt", "max_attempts", "deadline", "idempotency_key", "side_effect_state", "reconciliation_action")

@@ -75,6 +75,11 @@ class RetryDecisionServiceStub:
                 request_serializer=retryd_dot_v1_dot_retryd__pb2.WatchHoldsRequest.SerializeToString,
                 response_deserializer=retryd_dot_v1_dot_retryd__pb2.WatchHoldsResponse.FromString,
                 _registered_method=True)
+        self.ListBudgets = channel.unary_unary(
+                '/retryd.v1.RetryDecisionService/ListBudgets',
+                request_serializer=retryd_dot_v1_dot_retryd__pb2.ListBudgetsRequest.SerializeToString,
+                response_deserializer=retryd_dot_v1_dot_retryd__pb2.ListBudgetsResponse.FromString,
+                _registered_method=True)
 
 
 class RetryDecisionServiceServicer:
@@ -162,6 +167,15 @@ class RetryDecisionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListBudgets(self, request, context):
+        """Lists the busiest retry-budget scopes this replica knows (with the fleet
+        totals under --state redis), most used first: where each stands in its
+        window. Scope keys carry tenants hashed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetryDecisionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -204,6 +218,11 @@ def add_RetryDecisionServiceServicer_to_server(servicer, server):
                     servicer.WatchHolds,
                     request_deserializer=retryd_dot_v1_dot_retryd__pb2.WatchHoldsRequest.FromString,
                     response_serializer=retryd_dot_v1_dot_retryd__pb2.WatchHoldsResponse.SerializeToString,
+            ),
+            'ListBudgets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBudgets,
+                    request_deserializer=retryd_dot_v1_dot_retryd__pb2.ListBudgetsRequest.FromString,
+                    response_serializer=retryd_dot_v1_dot_retryd__pb2.ListBudgetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -423,6 +442,33 @@ class RetryDecisionService:
             '/retryd.v1.RetryDecisionService/WatchHolds',
             retryd_dot_v1_dot_retryd__pb2.WatchHoldsRequest.SerializeToString,
             retryd_dot_v1_dot_retryd__pb2.WatchHoldsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBudgets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/retryd.v1.RetryDecisionService/ListBudgets',
+            retryd_dot_v1_dot_retryd__pb2.ListBudgetsRequest.SerializeToString,
+            retryd_dot_v1_dot_retryd__pb2.ListBudgetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,68 @@
+//! What the table shows: the busiest scopes (ListBudgets) and the
+//! utilization gauges.
+
+use std::collections::HashMap;
+
+use super::{BUDGET_UTILIZATION, Budgets, Judged, totals};
+use crate::core::budget::{BudgetScope, Standing, judge};
+use crate::core::time::UnixMillis;
+
+impl Budgets {
+    /// The busiest scopes matching the filters (empty matches all), most used first.
+    pub fn list(&self, catalog: &str, dependency: &str, limit: usize, now: UnixMillis) -> Vec<(Box<str>, Judged)> {
+        let fallback = self.in_fallback(now);
+        let k = self.replicas();
+        let t = self.lock();
+        let mut out: Vec<(Box<str>, Judged)> = t
+            .map
+            .values()
+            .filter(|e| {
+                (catalog.is_empty() || *e.catalog == *catalog)
+                    && (dependency.is_empty() || *e.dependency == *dependency)
+            })
+            .filter_map(|e| {
+                let standing = judge(
+                    &e.rule,
+                    &totals(e, e.rule.bucket_of(now), self.shared, fallback, k),
+                    now,
+                )?;
+                Some((
+                    e.catalog.clone(),
+                    Judged {
+                        rule: e.rule,
+                        shown: e.shown.clone(),
+                        standing,
+                    },
+                ))
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            utilization(&b.1.standing)
+                .partial_cmp(&utilization(&a.1.standing))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        out.truncate(limit);
+        out
+    }
+
+    /// Sets [`BUDGET_UTILIZATION`] per catalog and scope kind from the busiest scope.
+    pub fn update_gauges(&self, now: UnixMillis) {
+        let mut busiest: HashMap<(Box<str>, BudgetScope), f64> = HashMap::new();
+        for (catalog, j) in self.list("", "", usize::MAX, now) {
+            let u = utilization(&j.standing);
+            let slot = busiest.entry((catalog, j.rule.scope)).or_insert(0.0);
+            *slot = slot.max(u);
+        }
+        for ((catalog, scope), u) in busiest {
+            metrics::gauge!(BUDGET_UTILIZATION, "catalog" => catalog.to_string(), "scope" => scope.as_str()).set(u);
+        }
+    }
+}
+
+/// Retries / allowed (0 when nothing is allowed and nothing spent).
+pub fn utilization(s: &Standing) -> f64 {
+    if s.allowed == 0 {
+        return if s.retries == 0 { 0.0 } else { f64::INFINITY };
+    }
+    s.retries as f64 / s.allowed as f64
+}

@@ -1,0 +1,400 @@
+//! Where retry-budget counts are *kept* (what a budget allows is decided in
+//! `core::budget`): one table per replica, counted locally, shared through
+//! the store when it shares (Redis).
+//!
+//! Each scope (catalog + dependency, or + tenant) has three bucketed
+//! windows:
+//! - `own`: every count this replica made (the Redis-down fallback);
+//! - `fleet`: the fleet's totals as last read back from the store;
+//! - `pending` + `inflight`: this replica's counts not yet acknowledged by
+//!   the store (`inflight`: the flush on its way).
+//!
+//! A decision reads `fleet + pending + inflight` — the latest fleet totals
+//! plus what this replica added since — without any round trip. A flush
+//! (every `--budget-flush-ms`, [`flush`]) moves `pending` to `inflight`,
+//! sends it with one pipelined round trip that also reads the totals back,
+//! and on the answer replaces `fleet` and clears `inflight`. When the store
+//! has not answered for a while (Redis down), a decision reads `own ×` the
+//! last known replica count instead: never "no budget", never "everything
+//! spent".
+//!
+//! Bounded: at most `max_scopes` scopes; at the cap the least recently
+//! used eighth is dropped at once (amortized O(log n) per insert), counted
+//! in [`BUDGET_SCOPES_EVICTED_TOTAL`]. Tenants appear only hashed (keyed)
+//! in what leaves the table: scope keys shown, logs, Redis keys.
+
+pub mod flush;
+mod list;
+
+pub use list::utilization;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use crate::core::budget::{BUCKETS, BudgetRule, BudgetScope, Counts, Standing, Window, judge};
+use crate::core::hold::{HoldScope, storage_key};
+use crate::core::time::UnixMillis;
+
+/// Counter of deferred retries, labelled `catalog`.
+pub const BUDGET_EXHAUSTED_TOTAL: &str = "retryd_budget_exhausted_total";
+/// Gauge: the busiest scope's retries / allowed, labelled `catalog` and `scope` (`dependency`, `tenant`).
+pub const BUDGET_UTILIZATION: &str = "retryd_budget_utilization";
+/// Counter of budget scopes dropped at `--max-budget-scopes`.
+pub const BUDGET_SCOPES_EVICTED_TOTAL: &str = "retryd_budget_scopes_evicted_total";
+/// Gauge: 1 while budgets are judged from this replica's counts scaled by
+/// the replica count (the shared store is not answering), else 0.
+pub const BUDGET_FALLBACK: &str = "retryd_budget_fallback";
+
+/// Registers the HELP texts of the budget metrics.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        BUDGET_EXHAUSTED_TOTAL,
+        "Retries deferred because the fleet retry budget of their scope was spent, by catalog."
+    );
+    metrics::describe_gauge!(
+        BUDGET_UTILIZATION,
+        "Retries / allowed retries of the busiest budget scope, by catalog and scope kind."
+    );
+    metrics::describe_counter!(
+        BUDGET_SCOPES_EVICTED_TOTAL,
+        "Budget scopes dropped at --max-budget-scopes (least recently used first)."
+    );
+    metrics::describe_gauge!(
+        BUDGET_FALLBACK,
+        "1 while budgets use this replica's counts scaled by the last known replica count (shared store unreachable)."
+    );
+}
+
+/// The key parts of a call, borrowed from the request.
+#[derive(Debug, Clone, Copy)]
+pub struct ScopeOf<'a> {
+    /// The catalog (resolved).
+    pub catalog: &'a str,
+    /// The dependency instance.
+    pub dependency: &'a str,
+    /// The tenant.
+    pub tenant: &'a str,
+}
+
+impl ScopeOf<'_> {
+    /// The storage key of `rule`'s scope, or `None` when the call does not
+    /// name what that scope needs (a dependency; for tenant budgets also a tenant).
+    fn key(&self, rule: &BudgetRule) -> Option<String> {
+        if self.dependency.is_empty() {
+            return None;
+        }
+        match rule.scope {
+            BudgetScope::Dependency => Some(storage_key(HoldScope::Dependency, self.catalog, self.dependency, "")),
+            BudgetScope::Tenant if self.tenant.is_empty() => None,
+            BudgetScope::Tenant => Some(storage_key(
+                HoldScope::Tenant,
+                self.catalog,
+                self.dependency,
+                self.tenant,
+            )),
+        }
+    }
+}
+
+/// One scope's counts.
+#[derive(Debug, Clone)]
+struct Entry {
+    rule: BudgetRule,
+    /// Shown instead of the storage key: `d:<catalog>:<dependency>` or
+    /// `t:<catalog>:<dependency>:h:<hex>`.
+    shown: String,
+    catalog: Box<str>,
+    dependency: Box<str>,
+    own: Window,
+    fleet: Window,
+    pending: Window,
+    inflight: Window,
+    /// Counts not yet flushed.
+    dirty: bool,
+    /// The flush round it was last used in (its totals are read back
+    /// while it was used in the last [`READ_BACK_ROUNDS`] rounds).
+    touched: u64,
+    last_used: u64,
+}
+
+/// One scope judged for a decision.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    /// The budget.
+    pub rule: BudgetRule,
+    /// The scope key shown (tenant hashed).
+    pub shown: String,
+    /// Where it stands.
+    pub standing: Standing,
+}
+
+/// The budget table of one replica.
+#[derive(Debug)]
+pub struct Budgets {
+    table: Mutex<Table>,
+    max_scopes: usize,
+    /// Counts are shared through the store (Redis).
+    shared: bool,
+    /// Replicas seen alive at the last flush (≥ 1).
+    replicas: AtomicU64,
+    /// When the store last answered a flush (ms).
+    fleet_ok_ms: AtomicI64,
+    /// After this long without an answer, decisions use the fallback.
+    stale_after_ms: i64,
+    fallback: AtomicBool,
+    evicted: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    map: HashMap<String, Entry>,
+    tick: u64,
+    /// Flushes taken so far.
+    round: u64,
+}
+
+/// A scope's fleet totals are read back while it was used within this many
+/// flushes (2 s at the default 100 ms): a scope in use stays current, an
+/// idle one costs no Redis command.
+pub const READ_BACK_ROUNDS: u64 = 20;
+
+impl Budgets {
+    /// A table of at most `max_scopes` scopes; `shared` when a store shares
+    /// counts, flushed every `flush_every_ms`.
+    pub fn new(max_scopes: usize, shared: bool, flush_every_ms: u64) -> Self {
+        Budgets {
+            table: Mutex::new(Table::default()),
+            max_scopes: max_scopes.max(1),
+            shared,
+            replicas: AtomicU64::new(1),
+            // Not in fallback at start: nothing is known yet, and nothing is missed.
+            fleet_ok_ms: AtomicI64::new(UnixMillis::now().0),
+            // A few missed flushes, at least a second: one slow answer is not an outage.
+            stale_after_ms: i64::try_from(flush_every_ms.saturating_mul(5).max(1_000)).unwrap_or(i64::MAX),
+            fallback: AtomicBool::new(false),
+            evicted: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Scopes dropped at the cap so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// The replica count the fallback scales by.
+    pub fn replicas(&self) -> u64 {
+        self.replicas.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Whether decisions now use the fallback (shared store not answering).
+    pub fn in_fallback(&self, now: UnixMillis) -> bool {
+        self.shared && now.0.saturating_sub(self.fleet_ok_ms.load(Ordering::Relaxed)) > self.stale_after_ms
+    }
+
+    /// Records `n` first attempts (deposits) on every budget of the call's scopes.
+    pub fn deposit(
+        &self,
+        rules: &[BudgetRule],
+        scope: ScopeOf<'_>,
+        n: u64,
+        now: UnixMillis,
+        hash: &dyn Fn(&str) -> String,
+    ) {
+        self.record(
+            rules,
+            scope,
+            Counts {
+                requests: n,
+                retries: 0,
+            },
+            now,
+            hash,
+        );
+    }
+
+    /// Records one retry (a withdrawal) on every budget of the call's scopes.
+    pub fn withdraw(&self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis, hash: &dyn Fn(&str) -> String) {
+        self.record(
+            rules,
+            scope,
+            Counts {
+                requests: 0,
+                retries: 1,
+            },
+            now,
+            hash,
+        );
+    }
+
+    fn record(
+        &self,
+        rules: &[BudgetRule],
+        scope: ScopeOf<'_>,
+        c: Counts,
+        now: UnixMillis,
+        hash: &dyn Fn(&str) -> String,
+    ) {
+        if rules.is_empty() || c == Counts::default() {
+            return;
+        }
+        let mut t = self.lock();
+        for rule in rules {
+            let Some(key) = scope.key(rule) else { continue };
+            if !self.shared && c.requests == 0 && !t.map.contains_key(&key) {
+                // One replica, a retry of a scope with no first attempt ever
+                // recorded: nothing to budget, nothing worth a table slot.
+                continue;
+            }
+            let e = self.entry(&mut t, key, rule, scope, hash);
+            let b = rule.bucket_of(now);
+            e.own.add(b, c);
+            if self.shared {
+                e.pending.add(b, c);
+                e.dirty = true;
+            }
+        }
+    }
+
+    /// The budgets of the call's scopes that count it (scopes with recorded
+    /// first attempts), the most constraining first: a spent one before one
+    /// with room, the latest room first, then the most used.
+    pub fn judge(
+        &self,
+        rules: &[BudgetRule],
+        scope: ScopeOf<'_>,
+        now: UnixMillis,
+        hash: &dyn Fn(&str) -> String,
+    ) -> Vec<Judged> {
+        if rules.is_empty() || scope.dependency.is_empty() {
+            return Vec::new();
+        }
+        let fallback = self.in_fallback(now);
+        self.note_fallback(fallback);
+        let k = self.replicas();
+        let mut t = self.lock();
+        let mut out = Vec::new();
+        for rule in rules {
+            let Some(key) = scope.key(rule) else { continue };
+            if !self.shared && !t.map.contains_key(&key) {
+                // One replica: no count, nothing to learn.
+                continue;
+            }
+            // Shared: a scope first seen here is added so the next flush
+            // reads the fleet's totals for it.
+            let e = self.entry(&mut t, key, rule, scope, hash);
+            let standing = judge(rule, &totals(e, rule.bucket_of(now), self.shared, fallback, k), now);
+            if let Some(standing) = standing {
+                out.push(Judged {
+                    rule: *rule,
+                    shown: e.shown.clone(),
+                    standing,
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            (b.standing.exhausted, b.standing.room_at, utilization(&b.standing))
+                .partial_cmp(&(a.standing.exhausted, a.standing.room_at, utilization(&a.standing)))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        out
+    }
+
+    fn note_fallback(&self, fallback: bool) {
+        if self.fallback.swap(fallback, Ordering::Relaxed) != fallback {
+            metrics::gauge!(BUDGET_FALLBACK).set(if fallback { 1.0 } else { 0.0 });
+            if fallback {
+                tracing::warn!(
+                    replicas = self.replicas(),
+                    "retry budgets: the shared store is not answering; judging from this replica's counts × the last known replica count"
+                );
+            } else {
+                tracing::info!("retry budgets: fleet totals are current again");
+            }
+        }
+    }
+
+    /// The entry of `key`, created (and the least recently used dropped at the cap) if new.
+    fn entry<'t>(
+        &self,
+        t: &'t mut Table,
+        key: String,
+        rule: &BudgetRule,
+        scope: ScopeOf<'_>,
+        hash: &dyn Fn(&str) -> String,
+    ) -> &'t mut Entry {
+        t.tick += 1;
+        let (tick, round) = (t.tick, t.round);
+        if !t.map.contains_key(&key) && t.map.len() >= self.max_scopes {
+            let dropped = evict_eighth(&mut t.map);
+            self.evicted.fetch_add(dropped, Ordering::Relaxed);
+            metrics::counter!(BUDGET_SCOPES_EVICTED_TOTAL).increment(dropped);
+        }
+        let e = t.map.entry(key).or_insert_with(|| Entry {
+            rule: *rule,
+            shown: shown_key(rule.scope, scope, hash),
+            catalog: scope.catalog.into(),
+            dependency: scope.dependency.into(),
+            own: Window::default(),
+            fleet: Window::default(),
+            pending: Window::default(),
+            inflight: Window::default(),
+            dirty: false,
+            touched: 0,
+            last_used: tick,
+        });
+        if e.rule.window_ms != rule.window_ms {
+            // A reloaded policy changed the window: the old buckets mean nothing.
+            for w in [&mut e.own, &mut e.fleet, &mut e.pending, &mut e.inflight] {
+                w.clear();
+            }
+        }
+        e.rule = *rule;
+        e.last_used = tick;
+        e.touched = round;
+        e
+    }
+}
+
+/// The counts a decision reads for `e` in the window ending with `bucket`.
+fn totals(e: &Entry, bucket: i64, shared: bool, fallback: bool, replicas: u64) -> [Counts; BUCKETS] {
+    let own = e.own.buckets(bucket);
+    if !shared {
+        return own;
+    }
+    if fallback {
+        return own.map(|c| c.times(replicas));
+    }
+    let (fleet, pending, inflight) = (
+        e.fleet.buckets(bucket),
+        e.pending.buckets(bucket),
+        e.inflight.buckets(bucket),
+    );
+    std::array::from_fn(|i| fleet[i].plus(pending[i]).plus(inflight[i]))
+}
+
+/// `d:<catalog>:<dependency>` or `t:<catalog>:<dependency>:<hashed tenant>`.
+fn shown_key(scope_kind: BudgetScope, scope: ScopeOf<'_>, hash: &dyn Fn(&str) -> String) -> String {
+    match scope_kind {
+        BudgetScope::Dependency => format!("d:{}:{}", scope.catalog, scope.dependency),
+        BudgetScope::Tenant => format!("t:{}:{}:{}", scope.catalog, scope.dependency, hash(scope.tenant)),
+    }
+}
+
+/// Drops the least recently used eighth of `map` (at least one); returns how many.
+fn evict_eighth(map: &mut HashMap<String, Entry>) -> u64 {
+    let n = (map.len() / 8).max(1);
+    let mut ages: Vec<u64> = map.values().map(|e| e.last_used).collect();
+    let (_, cutoff, _) = ages.select_nth_unstable(n - 1);
+    let cutoff = *cutoff;
+    let before = map.len();
+    map.retain(|_, e| e.last_used > cutoff);
+    (before - map.len()) as u64
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,183 @@
+use proptest::prelude::*;
+
+use super::flush::{FlushReply, ScopeFlush};
+use super::*;
+
+fn finagle() -> BudgetRule {
+    BudgetRule {
+        scope: BudgetScope::Dependency,
+        window_ms: 10_000,
+        retry_percent: 20,
+        min_retries_per_sec: 10,
+        requests: None,
+    }
+}
+
+const T0: UnixMillis = UnixMillis(1_786_190_700_000);
+
+fn hash(t: &str) -> String {
+    format!("h:{}", t.len())
+}
+
+fn scope(dep: &str) -> ScopeOf<'_> {
+    ScopeOf {
+        catalog: "vibecode",
+        dependency: dep,
+        tenant: "acme",
+    }
+}
+
+/// Stands in for the shared store inside a test: the same sums Redis keeps.
+#[derive(Default)]
+struct Sums(HashMap<String, Window>);
+
+impl Sums {
+    fn flush(&mut self, b: &Budgets, now: UnixMillis) {
+        let (keys, batch) = b.take_flush(now);
+        let totals = batch.iter().map(|s: &ScopeFlush| self.apply(s)).collect();
+        b.apply_flush(&keys, Some(FlushReply { replicas: 3, totals }), now);
+    }
+
+    fn apply(&mut self, s: &ScopeFlush) -> Vec<(i64, Counts)> {
+        let w = self.0.entry(s.tag.clone()).or_default();
+        for (bucket, c) in &s.deltas {
+            w.add(*bucket, *c);
+        }
+        let first = s.bucket - (BUCKETS as i64 - 1);
+        (first..=s.bucket).map(|b| (b, w.get(b))).collect()
+    }
+}
+
+#[test]
+fn one_replica_counts_deposits_and_withdrawals() {
+    let b = Budgets::new(10, false, 100);
+    let rules = [finagle()];
+    assert!(
+        b.judge(&rules, scope("p"), T0, &hash).is_empty(),
+        "no request recorded: not budgeted"
+    );
+    b.deposit(&rules, scope("p"), 1_000, T0, &hash);
+    for _ in 0..300 {
+        b.withdraw(&rules, scope("p"), T0, &hash);
+    }
+    let j = &b.judge(&rules, scope("p"), T0, &hash)[0];
+    assert_eq!(
+        (j.standing.requests, j.standing.retries, j.standing.allowed),
+        (1_000, 300, 300)
+    );
+    assert!(j.standing.exhausted);
+    assert_eq!(j.shown, "d:vibecode:p");
+    // Another dependency is its own scope; no dependency is no scope.
+    assert!(b.judge(&rules, scope("q"), T0, &hash).is_empty());
+    assert!(b.judge(&rules, scope(""), T0, &hash).is_empty());
+    // After the window, nothing is left.
+    assert!(b.judge(&rules, scope("p"), T0.plus_ms(11_000), &hash).is_empty());
+}
+
+#[test]
+fn tenant_scopes_are_shown_hashed_and_bounded_by_the_cap() {
+    let b = Budgets::new(16, false, 100);
+    let rule = BudgetRule {
+        scope: BudgetScope::Tenant,
+        ..finagle()
+    };
+    for i in 0..100 {
+        let t = format!("tenant-{i}");
+        b.deposit(
+            &[rule],
+            ScopeOf {
+                catalog: "c",
+                dependency: "d",
+                tenant: &t,
+            },
+            1,
+            T0,
+            &hash,
+        );
+    }
+    assert!(b.lock().map.len() <= 16);
+    assert!(b.evicted() >= 84);
+    let listed = b.list("", "", 100, T0);
+    assert!(
+        listed.iter().all(|(_, j)| j.shown.starts_with("t:c:d:h:")),
+        "{listed:?}"
+    );
+}
+
+#[test]
+fn shared_counts_add_the_fleet_totals_and_fall_back_to_scaled_local_counts() {
+    let (a, b) = (Budgets::new(10, true, 100), Budgets::new(10, true, 100));
+    let rules = [finagle()];
+    let mut redis = Sums::default();
+    a.deposit(&rules, scope("p"), 600, T0, &hash);
+    b.deposit(&rules, scope("p"), 400, T0, &hash);
+    redis.flush(&a, T0);
+    redis.flush(&b, T0);
+    redis.flush(&a, T0);
+    let j = &a.judge(&rules, scope("p"), T0, &hash)[0];
+    assert_eq!(j.standing.requests, 1_000, "fleet totals");
+    a.withdraw(&rules, scope("p"), T0, &hash);
+    assert_eq!(
+        a.judge(&rules, scope("p"), T0, &hash)[0].standing.retries,
+        1,
+        "plus unflushed counts"
+    );
+    // The store stops answering: after a while, own counts × the replicas last seen (3).
+    let later = T0.plus_ms(2_000);
+    a.apply_flush(&a.take_flush(later).0, None, later);
+    assert!(a.in_fallback(later));
+    let j = &a.judge(&rules, scope("p"), later, &hash)[0];
+    assert_eq!((j.standing.requests, j.standing.retries), (1_800, 3));
+    // Counts made meanwhile are sent when it answers again.
+    redis.flush(&a, later);
+    assert!(!a.in_fallback(later));
+    assert_eq!(a.judge(&rules, scope("p"), later, &hash)[0].standing.retries, 1);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any interleaving of first attempts and failures on N replicas, with
+    /// every replica flushing once per round (in any order): the approved
+    /// retries exceed the budget by at most the retries the fleet counts in
+    /// two rounds (one round of the others' counts this replica has not read
+    /// yet, one it read before they were flushed).
+    #[test]
+    fn approved_retries_overshoot_by_at_most_two_flush_periods(
+        n in 2usize..5,
+        rounds in proptest::collection::vec(
+            (proptest::collection::vec((0usize..5, 0u8..4), 0..120), any::<u64>()),
+            1..12,
+        ),
+    ) {
+        let rule = BudgetRule { min_retries_per_sec: 1, ..finagle() };
+        let rules = [rule];
+        let replicas: Vec<Budgets> = (0..n).map(|_| Budgets::new(100, true, 100)).collect();
+        let mut redis = Sums::default();
+        let (mut requests, mut approved, mut max_round) = (0u64, 0u64, 0u64);
+        for (ops, order) in &rounds {
+            let mut failures = 0;
+            for (r, kind) in ops {
+                let replica = &replicas[r % n];
+                if *kind == 0 {
+                    replica.deposit(&rules, scope("p"), 5, T0, &hash);
+                    requests += 5;
+                } else {
+                    failures += 1;
+                    let spent = replica.judge(&rules, scope("p"), T0, &hash).first().is_some_and(|j| j.standing.exhausted);
+                    if !spent {
+                        approved += 1;
+                    }
+                    replica.withdraw(&rules, scope("p"), T0, &hash);
+                }
+            }
+            max_round = max_round.max(failures);
+            let start = (*order as usize) % n;
+            for i in 0..n {
+                redis.flush(&replicas[(start + i) % n], T0);
+            }
+        }
+        let allowed = rule.allowed(requests);
+        prop_assert!(approved <= allowed + 2 * max_round, "approved {approved}, allowed {allowed}, round {max_round}");
+    }
+}

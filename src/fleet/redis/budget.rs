@@ -1,0 +1,207 @@
+//! Retry-budget counts in Redis: one flush = one pipelined round trip on
+//! the store's command connection (the supervisor's; no second style of
+//! connection).
+//!
+//! Layout: one hash per scope, `<ns>:{<tag>}:budget` (`<tag>`: 32 hex
+//! digits of the SHA-256 of the scope's storage key — no tenant in clear,
+//! one Cluster slot per scope), with fields `r:<bucket>` (first attempts)
+//! and `x:<bucket>` (retries); it expires two windows after its last write.
+//! Buckets that left the window are deleted by whichever replica flushes
+//! (`HDEL` of the two buckets just behind the window). Replicas are counted
+//! by a sorted set of heartbeats, `<ns>:budget-replicas` (member: the
+//! replica's origin id, score: ms), trimmed to the last [`ALIVE_MS`].
+//!
+//! Per flush: `ZADD`, `ZREMRANGEBYSCORE`, `PEXPIRE`, `ZCARD`, then per scope the
+//! `HINCRBY`s of its nonzero deltas, one `HDEL`, one `PEXPIRE` and one
+//! `HGETALL` (scopes with no delta: `HGETALL` alone).
+
+use std::collections::HashMap;
+
+use ::redis::Value;
+
+use super::Shared;
+use crate::core::budget::{BUCKETS, Counts};
+use crate::core::time::UnixMillis;
+use crate::fleet::budget::flush::{FlushReply, ScopeFlush};
+
+/// A replica whose last heartbeat is older than this is not counted.
+pub const ALIVE_MS: i64 = 5_000;
+
+/// The key of one scope's counts.
+pub fn budget_key(ns: &str, tag: &str) -> String {
+    format!("{ns}:{{{tag}}}:budget")
+}
+
+/// The heartbeat set.
+pub fn replicas_key(ns: &str) -> String {
+    format!("{ns}:budget-replicas")
+}
+
+/// Sends `batch` and reads the totals back; `None` (counted, warned) when Redis cannot be reached.
+///
+/// One Redis: one pipeline for everything. A Cluster: a pipeline may not
+/// span slots, so the heartbeat and each scope go as their own pipeline,
+/// one after the other (still off every call's path).
+pub(super) async fn flush(shared: &Shared, batch: &[ScopeFlush], now: UnixMillis) -> Option<FlushReply> {
+    let conn = shared.conn.load_full()?;
+    let mut conn = (*conn).clone();
+    let ns = &shared.opts.namespace;
+    let mut pipes = vec![::redis::pipe()];
+    heartbeat(&mut pipes[0], ns, &shared.origin, now);
+    let cluster = matches!(conn, super::conn::Conn::Cluster(_));
+    for s in batch {
+        if cluster {
+            pipes.push(::redis::pipe());
+        }
+        let last = pipes.len() - 1;
+        scope_cmds(&mut pipes[last], ns, s);
+    }
+    let mut values = Vec::with_capacity(batch.len() + 1);
+    for pipe in &pipes {
+        let sent = pipe.query_async::<Vec<Value>>(&mut conn);
+        match tokio::time::timeout(shared.opts.command_timeout, sent).await {
+            Ok(Ok(v)) => values.extend(v),
+            Ok(Err(e)) => {
+                shared.failed("flushing retry budgets", &e);
+                return None;
+            }
+            Err(_) => {
+                shared.error("flushing retry budgets", &"timed out");
+                return None;
+            }
+        }
+    }
+    let mut values = values.into_iter();
+    let replicas = values
+        .next()
+        .and_then(|v| ::redis::from_redis_value::<u64>(v).ok())
+        .unwrap_or(1);
+    let totals = batch
+        .iter()
+        .map(|s| {
+            let map = values
+                .next()
+                .and_then(|v| ::redis::from_redis_value::<HashMap<String, u64>>(v).ok())
+                .unwrap_or_default();
+            parse_totals(&map, s.bucket)
+        })
+        .collect();
+    Some(FlushReply { replicas, totals })
+}
+
+/// This replica's heartbeat, and the count of replicas alive (the one answer).
+fn heartbeat(pipe: &mut ::redis::Pipeline, ns: &str, origin: &str, now: UnixMillis) {
+    let replicas = replicas_key(ns);
+    pipe.cmd("ZADD").arg(&replicas).arg(now.0).arg(origin).ignore();
+    pipe.cmd("ZREMRANGEBYSCORE")
+        .arg(&replicas)
+        .arg("-inf")
+        .arg(now.0 - ALIVE_MS)
+        .ignore();
+    pipe.cmd("PEXPIRE").arg(&replicas).arg(ALIVE_MS * 2).ignore();
+    pipe.cmd("ZCARD").arg(&replicas);
+}
+
+/// One scope's increments, trimming and expiry, and its totals (the one answer).
+fn scope_cmds(pipe: &mut ::redis::Pipeline, ns: &str, s: &ScopeFlush) {
+    let key = budget_key(ns, &s.tag);
+    if !s.deltas.is_empty() {
+        for (b, c) in &s.deltas {
+            if c.requests > 0 {
+                pipe.cmd("HINCRBY")
+                    .arg(&key)
+                    .arg(format!("r:{b}"))
+                    .arg(c.requests)
+                    .ignore();
+            }
+            if c.retries > 0 {
+                pipe.cmd("HINCRBY")
+                    .arg(&key)
+                    .arg(format!("x:{b}"))
+                    .arg(c.retries)
+                    .ignore();
+            }
+        }
+        let gone = s.bucket - BUCKETS as i64;
+        pipe.cmd("HDEL")
+            .arg(&key)
+            .arg(format!("r:{gone}"))
+            .arg(format!("x:{gone}"))
+            .arg(format!("r:{}", gone - 1))
+            .arg(format!("x:{}", gone - 1))
+            .ignore();
+        pipe.cmd("PEXPIRE")
+            .arg(&key)
+            .arg(s.window_ms.saturating_mul(2))
+            .ignore();
+    }
+    pipe.cmd("HGETALL").arg(&key);
+}
+
+/// The counts of the window ending with `bucket` from a scope's hash.
+pub fn parse_totals(map: &HashMap<String, u64>, bucket: i64) -> Vec<(i64, Counts)> {
+    let first = bucket - (BUCKETS as i64 - 1);
+    let mut out: Vec<(i64, Counts)> = Vec::new();
+    for (field, n) in map {
+        let Some((kind, b)) = field.split_once(':') else {
+            continue;
+        };
+        let Ok(b) = b.parse::<i64>() else { continue };
+        if !(first..=bucket).contains(&b) {
+            continue;
+        }
+        let i = match out.iter().position(|(ob, _)| *ob == b) {
+            Some(i) => i,
+            None => {
+                out.push((b, Counts::default()));
+                out.len() - 1
+            }
+        };
+        match kind {
+            "r" => out[i].1.requests = *n,
+            "x" => out[i].1.retries = *n,
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_keep_the_window_and_skip_junk() {
+        let map: HashMap<String, u64> = [
+            ("r:100".to_owned(), 5),
+            ("x:100".to_owned(), 2),
+            ("r:90".to_owned(), 50),
+            ("x:95".to_owned(), 1),
+            ("junk".to_owned(), 9),
+        ]
+        .into_iter()
+        .collect();
+        let mut t = parse_totals(&map, 100);
+        t.sort_by_key(|(b, _)| *b);
+        assert_eq!(
+            t,
+            [
+                (
+                    95,
+                    Counts {
+                        requests: 0,
+                        retries: 1
+                    }
+                ),
+                (
+                    100,
+                    Counts {
+                        requests: 5,
+                        retries: 2
+                    }
+                )
+            ]
+        );
+        assert_eq!(budget_key("retryd", "ab"), "retryd:{ab}:budget");
+    }
+}

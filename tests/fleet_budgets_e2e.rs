@@ -1,0 +1,384 @@
+//! Fleet retry budgets end to end: two `retryd serve --state redis://…`
+//! replicas sharing one real redis-server. First attempts are deposited
+//! through Admit on both replicas, failures classified on both, and the
+//! retries answered without deferral are counted over both together.
+
+mod fleet_support;
+mod grpc_support;
+#[path = "grpc_support/raw.rs"]
+mod raw;
+mod redis_support;
+
+use std::time::Duration;
+
+use fleet_support::scenarios;
+use grpc_support::{Server, TempDir, failure};
+use redis_support::RedisServer as Redis;
+use retryd::grpc::pb::{self, retry_decision_service_client::RetryDecisionServiceClient};
+use tonic::transport::Channel;
+
+/// A catalog with a 2 s budget window, so the window-passing test is fast.
+const SHORT: &str = r#"
+name = "short"
+description = "A 2 s retry budget, for tests"
+max_attempts = 5
+[backoff]
+base_ms = 100
+multiplier = 2.0
+cap_ms = 1000
+[operations]
+read = ["get"]
+write = ["add"]
+[[codes]]
+code = "SLOW"
+target_reached = "no"
+condition.en = "Slow."
+read = { verdict = "retry_with_limit" }
+write = { verdict = "retry_with_limit" }
+[unknown]
+target_reached = "unknown"
+condition.en = "Unknown."
+read = { verdict = "retry_with_limit" }
+write = { verdict = "state_verification_required" }
+[no_envelope]
+target_reached = "unknown"
+condition.en = "No envelope."
+read = { verdict = "retry_with_limit" }
+write = { verdict = "state_verification_required" }
+[[budgets]]
+scope = "dependency"
+window = "2s"
+retry_percent = 20
+min_retries_per_sec = 5
+"#;
+
+fn replicas(name: &str, redis: &Redis) -> (TempDir, Server, Server) {
+    let dir = scenarios::setup(name);
+    std::fs::write(dir.join("policy/short.toml"), SHORT).expect("short catalog");
+    let args = scenarios::server_args(&dir, &redis.url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (a, b) = (Server::start(&args), Server::start(&args));
+    (dir, a, b)
+}
+
+async fn admit(c: &mut RetryDecisionServiceClient<Channel>, catalog: &str, dependency: &str, tenant: &str) -> bool {
+    c.admit(pb::AdmitRequest {
+        catalog: catalog.into(),
+        dependency: dependency.into(),
+        tenant: tenant.into(),
+        attempt: 1,
+        ..Default::default()
+    })
+    .await
+    .expect("admit")
+    .into_inner()
+    .admitted
+}
+
+async fn classify(c: &mut RetryDecisionServiceClient<Channel>, f: pb::Failure) -> pb::Decision {
+    c.classify(pb::ClassifyRequest {
+        failure: Some(f),
+        locale: String::new(),
+    })
+    .await
+    .expect("classify")
+    .into_inner()
+    .decision
+    .expect("decision")
+}
+
+fn retry(catalog: &str, code: &str, dependency: &str, tenant: &str) -> pb::Failure {
+    pb::Failure {
+        dependency: dependency.into(),
+        tenant: tenant.into(),
+        attempt: 2,
+        ..failure(catalog, code, pb::OperationKind::Read)
+    }
+}
+
+fn deferred(d: &pb::Decision) -> bool {
+    let r = d.retry.as_ref().expect("contract");
+    assert_eq!(
+        d.verdict(),
+        pb::Verdict::RetryWithLimit,
+        "a budget defers, never refuses: {d:?}"
+    );
+    assert!(r.retryable && d.terminal_state.is_empty(), "{d:?}");
+    let warned = d.warnings.iter().any(|w| w.starts_with("budget_exhausted: retries "));
+    // A spent budget's room may come before the retry's own backoff ends:
+    // then the backoff still decides the wait, and the warning says why the
+    // budget did not let it go sooner.
+    assert!(warned || r.strategy() != pb::Strategy::Budget, "{d:?}");
+    warned
+}
+
+/// The issue's scenario: 1 000 first attempts and 600 failures of one
+/// dependency split over two replicas; then a second dependency and an
+/// unrecorded one.
+#[tokio::test]
+async fn redis_budget_bounds_retries_across_both_replicas() {
+    let redis = Redis::start();
+    let (_dir, a, b) = replicas("b-share", &redis);
+    let mut clients = [a.client().await, b.client().await];
+    // 1 000 first attempts, 500 through each replica, from 10 tasks at once
+    // (well inside the 10 s window even on a loaded machine).
+    let tasks: Vec<_> = (0..10)
+        .map(|t| {
+            let mut c = clients[t % 2].clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    assert!(admit(&mut c, "vibecode", "portal-budget", "").await);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("admits");
+    }
+    for i in 0..10 {
+        assert!(admit(&mut clients[i % 2], "vibecode", "portal-other", "").await);
+    }
+    // Let both flushes carry the deposits to the other replica.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // 600 failures, 300 through each replica at once, each stream paced 3 ms
+    // apart.
+    let began = std::time::Instant::now();
+    let streams: Vec<_> = (0..2)
+        .map(|r| {
+            let mut c = clients[r].clone();
+            tokio::spawn(async move {
+                let (mut undeferred, mut last) = (0u64, None);
+                for _ in 0..300 {
+                    let d = classify(&mut c, retry("vibecode", "BITRIX_TIMEOUT", "portal-budget", "")).await;
+                    if !deferred(&d) {
+                        undeferred += 1;
+                    }
+                    last = Some(d);
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+                (undeferred, last)
+            })
+        })
+        .collect();
+    let mut undeferred = 0u64;
+    let mut last = None;
+    for s in streams {
+        let (n, l) = s.await.expect("failures");
+        undeferred += n;
+        last = l;
+    }
+    let took = began.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "the failures took {took:?}: not one 10 s window"
+    );
+    // Budget: 20 % × 1 000 + 100 = 300. Tolerance: 5 % (15) plus the flush
+    // bound, the retries the other replica approves in two flush periods
+    // (+ a round trip): at the rate it ran, 300 per `took`.
+    let budget = 300i64;
+    let per_replica_rate = 300.0 / took.as_secs_f64();
+    let flush_bound = (per_replica_rate * 0.25).ceil() as i64;
+    let overshoot = undeferred as i64 - budget;
+    println!(
+        "undeferred retries: {undeferred} of 600 in {took:?} (budget {budget}, overshoot {overshoot}, flush bound {flush_bound})"
+    );
+    assert!(
+        overshoot.abs() <= 15 + flush_bound,
+        "undeferred {undeferred}, budget {budget}"
+    );
+    // Each replica alone saw 500 first attempts: alone each would have allowed
+    // 20 % × 500 + 100 = 200, 400 together — more than the fleet allowed.
+    // (Shown whenever the run was slow enough for the flush bound to be
+    // smaller than that difference.)
+    if 300 + 15 + flush_bound < 400 {
+        assert!(undeferred < 400, "{undeferred}");
+    }
+    assert!(last.is_some());
+    // Once both replicas' counts are flushed, one more failure sees them all.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let last = classify(
+        &mut clients[0],
+        retry("vibecode", "BITRIX_TIMEOUT", "portal-budget", ""),
+    )
+    .await;
+    assert!(deferred(&last), "{last:?}");
+    let r = last.retry.as_ref().expect("contract");
+    assert!(
+        r.after_ms > 0 && r.after_ms <= 10_000 && r.max_after_ms >= r.after_ms,
+        "{r:?}"
+    );
+    let budget_seen = last.budget.as_ref().expect("Decision.budget");
+    assert_eq!(budget_seen.scope_key, "d:vibecode:portal-budget");
+    assert_eq!(
+        (budget_seen.requests, budget_seen.allowed),
+        (1_000, 300),
+        "{budget_seen:?}"
+    );
+    assert_eq!(budget_seen.retries, 601, "{budget_seen:?}");
+
+    // A second dependency is unaffected; an unrecorded one is not budgeted.
+    let d = classify(&mut clients[1], retry("vibecode", "BITRIX_TIMEOUT", "portal-other", "")).await;
+    assert!(!deferred(&d));
+    assert_eq!(d.budget.as_ref().map(|b| (b.requests, b.retries)), Some((10, 1)));
+    let d = classify(
+        &mut clients[0],
+        retry("vibecode", "BITRIX_TIMEOUT", "portal-unrecorded", ""),
+    )
+    .await;
+    assert!(!deferred(&d) && d.budget.is_none(), "{d:?}");
+
+    // ListBudgets shows the busiest scope first.
+    let listed = clients[0]
+        .list_budgets(pb::ListBudgetsRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(
+        listed.budgets[0].budget.as_ref().expect("budget").scope_key,
+        "d:vibecode:portal-budget"
+    );
+    assert!(
+        grpc_support::sample(&a.scrape(), "retryd_budget_exhausted_total{catalog=\"vibecode\"}").unwrap_or(0.0) > 0.0
+    );
+}
+
+/// A 2 s window: spent, then undeferred again once the window has passed.
+#[tokio::test]
+async fn redis_budget_has_room_again_after_the_window() {
+    let redis = Redis::start();
+    let (_dir, a, b) = replicas("b-window", &redis);
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    for _ in 0..5 {
+        assert!(admit(&mut ca, "short", "dep", "").await);
+        assert!(admit(&mut cb, "short", "dep", "").await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 20 % × 10 + 5/s × 2 s = 12 retries.
+    let mut undeferred = 0;
+    let mut spent = None;
+    for _ in 0..30 {
+        let d = classify(&mut cb, retry("short", "SLOW", "dep", "")).await;
+        if deferred(&d) {
+            spent.get_or_insert(d);
+        } else {
+            undeferred += 1;
+        }
+    }
+    assert_eq!(undeferred, 12);
+    let spent = spent.expect("spent");
+    assert!(spent.retry.as_ref().expect("contract").after_ms <= 2_000, "{spent:?}");
+    tokio::time::sleep(Duration::from_millis(2_400)).await;
+    assert!(admit(&mut ca, "short", "dep", "").await);
+    let d = classify(&mut cb, retry("short", "SLOW", "dep", "")).await;
+    assert!(!deferred(&d), "{d:?}");
+}
+
+/// FrontSpin's allowance: retries of one tenant stop at 20 % of 500 a day
+/// (100) while its first attempts go on being admitted; another tenant is
+/// not touched.
+#[tokio::test]
+async fn redis_frontspin_allowance_keeps_four_fifths_for_first_attempts() {
+    let redis = Redis::start();
+    let (_dir, a, b) = replicas("b-allowance", &redis);
+    let mut clients = [a.client().await, b.client().await];
+    for i in 0..300 {
+        assert!(admit(&mut clients[i % 2], "frontspin", "fs-portal", "acme").await);
+    }
+    assert!(admit(&mut clients[0], "frontspin", "fs-portal", "globex").await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut undeferred = 0;
+    for i in 0..160 {
+        let d = classify(&mut clients[i % 2], retry("frontspin", "TIMEOUT", "fs-portal", "acme")).await;
+        if !deferred(&d) {
+            undeferred += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(4)).await;
+    }
+    assert!((95..=110).contains(&undeferred), "undeferred {undeferred}");
+    assert!(
+        admit(&mut clients[1], "frontspin", "fs-portal", "acme").await,
+        "first attempts continue"
+    );
+    let d = classify(&mut clients[1], retry("frontspin", "TIMEOUT", "fs-portal", "acme")).await;
+    let key = &d.budget.as_ref().expect("budget").scope_key;
+    assert!(
+        key.starts_with("t:frontspin:fs-portal:h:") && !key.contains("acme"),
+        "{key}"
+    );
+    // Another tenant of the same portal still has its own allowance (the
+    // dependency budget, 20 % × 301 + 100 = 160, is not spent either).
+    let d = classify(&mut clients[0], retry("frontspin", "TIMEOUT", "fs-portal", "globex")).await;
+    assert!(!deferred(&d), "{d:?}");
+}
+
+/// Redis killed mid-run: no call fails, budgets fall back to local counts
+/// scaled by the replica count (never "no budget").
+#[tokio::test]
+async fn redis_down_budgets_degrade_without_a_failed_call() {
+    let mut redis = Redis::start();
+    let (_dir, a, b) = replicas("b-down", &redis);
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    for _ in 0..50 {
+        assert!(admit(&mut ca, "vibecode", "portal-down", "").await);
+        assert!(admit(&mut cb, "vibecode", "portal-down", "").await);
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let load = grpc_support::Load::start(
+        &a,
+        4,
+        pb::ClassifyRequest {
+            failure: Some(retry("vibecode", "BITRIX_TIMEOUT", "portal-down", "")),
+            locale: String::new(),
+        },
+    )
+    .await;
+    load.more_calls(100).await;
+    redis.kill();
+    load.more_calls(1_000).await;
+    grpc_support::eventually(
+        Duration::from_secs(10),
+        "A falls back to scaled local counts",
+        || async { (grpc_support::sample(&a.scrape(), "retryd_budget_fallback") == Some(1.0)).then_some(()) },
+    )
+    .await;
+    // Scaled by the two replicas last seen: 50 first attempts here read as 100.
+    let d = classify(&mut ca, retry("vibecode", "BITRIX_TIMEOUT", "portal-down", "")).await;
+    let seen = d.budget.as_ref().expect("still budgeted");
+    assert_eq!(seen.requests, 100, "{seen:?}");
+    assert!(deferred(&d), "the storm is still deferred: {d:?}");
+    let report = load.stop().await;
+    report.assert_clean(&[d.policy_version.as_str()]);
+}
+
+/// `--state memory`: the same budget on one replica, exactly.
+#[tokio::test]
+async fn memory_budget_is_exact_on_one_replica() {
+    let dir = scenarios::setup("b-memory");
+    let args = scenarios::server_args(&dir, "memory");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = Server::start(&args);
+    let mut c = s.client().await;
+    for _ in 0..100 {
+        assert!(admit(&mut c, "vibecode", "portal-mem", "").await);
+    }
+    let mut undeferred = 0;
+    for _ in 0..200 {
+        if !deferred(&classify(&mut c, retry("vibecode", "BITRIX_TIMEOUT", "portal-mem", "")).await) {
+            undeferred += 1;
+        }
+    }
+    // 20 % × 100 + 100.
+    assert_eq!(undeferred, 120);
+    // A write of unknown outcome is still a verification, never a deferred retry.
+    let d = classify(
+        &mut c,
+        pb::Failure {
+            dependency: "portal-mem".into(),
+            attempt: 2,
+            ..failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)
+        },
+    )
+    .await;
+    assert_eq!(d.verdict(), pb::Verdict::StateVerificationRequired);
+    assert!(d.budget.is_none() && !d.warnings.iter().any(|w| w.starts_with("budget_exhausted")));
+}
