@@ -371,9 +371,8 @@ impl Fleet {
 /// than the rest of an Admit with no hold in force).
 fn admit_counter(i: usize) -> &'static metrics::Counter {
     static COUNTERS: std::sync::OnceLock<[metrics::Counter; 3]> = std::sync::OnceLock::new();
-    let all = COUNTERS.get_or_init(|| {
-        ["admitted", "refused", "probe"].map(|r| metrics::counter!(ADMIT_TOTAL, "result" => r))
-    });
+    let all = COUNTERS
+        .get_or_init(|| ["admitted", "refused", "probe"].map(|r| metrics::counter!(ADMIT_TOTAL, "result" => r)));
     &all[i.min(2)]
 }
 
