@@ -36,52 +36,16 @@ while (($#)); do
 done
 GHZ="$(go env GOPATH)/bin/ghz"
 [[ -x "$GHZ" ]] || bash scripts/install-tools.sh >&2
-command -v redis-server >/dev/null || { echo "budgets.sh: redis-server is required" >&2; exit 2; }
 
-WORK="$(mktemp -d -t retryd-budgets.XXXXXX)"
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-log() { printf '[budgets %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' "/proc/$1/stat"; }
-
-log "building release retryd"
-timeout 1800 cargo build --release --quiet --bin retryd
-TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-RETRYD="$TARGET_DIR/release/retryd"
-
-REDIS_PORT="$(free_port)"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >/dev/null 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
-
-start() {
-  local logf="$WORK/$1.log"
-  "$RETRYD" serve --listen 127.0.0.1:0 --metrics-listen off --state "$2" \
-    --hold-placements-per-sec 100000 --dependency-holds-per-sec 100000 2>"$logf" &
-  local pid=$!
-  PIDS+=("$pid")
-  local addr=""
-  for _ in $(seq 100); do
-    addr="$(grep -o 'listening on [0-9.:]*' "$logf" | awk '{print $3}' || true)"
-    [[ -n "$addr" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$addr" ]] || { cat "$logf" >&2; exit 1; }
-  printf -v "PID_$1" '%s' "$pid"
-  printf -v "ADDR_$1" '%s' "$addr"
-}
+NAME=budgets
+# shellcheck source=bench/fleet-lib.sh
+source bench/fleet-lib.sh
+build_release
+start_redis
 start A memory
 start B "$REDIS_URL"
 log "A (memory, no budgets) $ADDR_A, B (redis, budgets on) $ADDR_B, redis :$REDIS_PORT"
 
-commands() { redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[=,:]' '/^cmdstat_/ && $1 != "cmdstat_info" { n += $3 } END { print n + 0 }'; }
 
 # First attempts for every scope of the mix, 200 each, through B.
 deposit() {
