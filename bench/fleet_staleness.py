@@ -21,11 +21,14 @@ import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VENV = os.path.join(HERE, "..", "examples", "python", ".venv", "bin", "python")
+VENV_DIR = os.path.realpath(os.path.join(HERE, "..", "examples", "python", ".venv"))
+VENV = os.path.join(VENV_DIR, "bin", "python")
 try:
     import grpc  # noqa: F401
 except ImportError:
-    if os.path.exists(VENV) and os.path.realpath(sys.executable) != os.path.realpath(VENV):
+    # The venv's python is often a symlink to this very interpreter: compare
+    # prefixes, not executables.
+    if os.path.exists(VENV) and os.path.realpath(sys.prefix) != VENV_DIR:
         os.execv(VENV, [VENV, *sys.argv])
     raise
 
