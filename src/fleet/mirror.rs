@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use tokio::sync::broadcast;
 
-use crate::core::hold::{self, Hold, HoldKind, HoldPlan, HoldScope, Merge, storage_key};
+use crate::core::hold::{self, Hold, HoldKind, HoldPlan, HoldScope, Merge, storage_key, storage_key_into};
 use crate::core::time::UnixMillis;
 
 /// What happened to a hold.
@@ -161,26 +161,65 @@ impl Mirror {
     /// The active holds covering a call to `method` of `dependency` for
     /// `tenant` under `catalog`: its tenant, dependency and method holds.
     pub fn covering(&self, catalog: &str, dependency: &str, tenant: &str, method: &str, now: UnixMillis) -> Vec<Hold> {
-        if self.is_empty() {
-            return Vec::new();
-        }
-        let mut keys = Vec::with_capacity(3);
-        if !tenant.is_empty() {
-            keys.push(storage_key(HoldScope::Tenant, catalog, dependency, tenant));
-        }
-        if !dependency.is_empty() {
-            keys.push(storage_key(HoldScope::Dependency, catalog, dependency, ""));
-            if !method.is_empty() {
-                keys.push(storage_key(HoldScope::Method, catalog, dependency, method));
+        let mut out = Vec::new();
+        self.each_covering(catalog, dependency, tenant, method, now, |h| out.push(h.clone()));
+        out
+    }
+
+    /// The active hold covering a call that ends last, if any: the one
+    /// [`Self::covering`] lookup a decision needs, cloning only the winner.
+    pub fn ending_last(
+        &self,
+        catalog: &str,
+        dependency: &str,
+        tenant: &str,
+        method: &str,
+        now: UnixMillis,
+    ) -> Option<Hold> {
+        let mut best: Option<Hold> = None;
+        self.each_covering(catalog, dependency, tenant, method, now, |h| {
+            if best.as_ref().is_none_or(|b| b.until < h.until) {
+                best = Some(h.clone());
             }
+        });
+        best
+    }
+
+    /// Calls `f` with each active hold covering a call, tenant's first, then
+    /// the dependency's, then the method's. The keys are built in a
+    /// per-thread buffer: this runs on every decision while any hold is in
+    /// force, and three key allocations were most of its cost.
+    fn each_covering(
+        &self,
+        catalog: &str,
+        dependency: &str,
+        tenant: &str,
+        method: &str,
+        now: UnixMillis,
+        mut f: impl FnMut(&Hold),
+    ) {
+        thread_local! {
+            static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
         }
-        let state = self.read();
-        keys.iter()
-            .filter_map(|k| state.by_key.get(k))
-            .flatten()
-            .filter(|h| h.active(now))
-            .cloned()
-            .collect()
+        if self.is_empty() {
+            return;
+        }
+        let scopes = [
+            (!tenant.is_empty()).then_some((HoldScope::Tenant, tenant)),
+            (!dependency.is_empty()).then_some((HoldScope::Dependency, "")),
+            (!dependency.is_empty() && !method.is_empty()).then_some((HoldScope::Method, method)),
+        ];
+        KEY.with_borrow_mut(|key| {
+            let state = self.read();
+            for (scope, subject) in scopes.into_iter().flatten() {
+                storage_key_into(key, scope, catalog, dependency, subject);
+                for h in state.by_key.get(key.as_str()).into_iter().flatten() {
+                    if h.active(now) {
+                        f(h);
+                    }
+                }
+            }
+        });
     }
 
     /// The hold with `id`, if in force.

@@ -218,8 +218,7 @@ impl Fleet {
         if self.mirror.is_empty() {
             return None;
         }
-        let covering = self.mirror.covering(catalog, dependency, tenant, method, now);
-        hold::ending_last(covering.iter(), now).cloned()
+        self.mirror.ending_last(catalog, dependency, tenant, method, now)
     }
 
     /// The earliest time a retry under `hold` can go ahead: its end, or for an

@@ -137,6 +137,40 @@ pub fn caller_of<T>(req: &Request<T>) -> String {
     caller_of_parts(req.extensions())
 }
 
+/// Who is calling, as far as placing a hold cares: a name given, or the
+/// connection's, worked out only when a hold is placed (formatting the
+/// peer's address on every decision cost more than the rest of the fleet
+/// lookup).
+#[derive(Debug, Clone, Copy)]
+pub enum Caller<'a> {
+    /// This name.
+    Named(&'a str),
+    /// The caller of the connection these request extensions came from (see [`caller_of_parts`]).
+    Connection(&'a http::Extensions),
+}
+
+impl<'a> Caller<'a> {
+    /// The caller's name, as [`caller_of`] gives it.
+    pub fn name(self) -> std::borrow::Cow<'a, str> {
+        match self {
+            Caller::Named(name) => std::borrow::Cow::Borrowed(name),
+            Caller::Connection(extensions) => std::borrow::Cow::Owned(caller_of_parts(extensions)),
+        }
+    }
+}
+
+impl<'a> From<&'a str> for Caller<'a> {
+    fn from(name: &'a str) -> Self {
+        Caller::Named(name)
+    }
+}
+
+impl<'a> From<&'a String> for Caller<'a> {
+    fn from(name: &'a String) -> Self {
+        Caller::Named(name)
+    }
+}
+
 /// [`caller_of`] from a request's connection extensions (gRPC or HTTP).
 pub fn caller_of_parts(extensions: &http::Extensions) -> String {
     if let Some(id) = peer_identities(extensions).into_iter().next() {

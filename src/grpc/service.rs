@@ -17,7 +17,7 @@ use tracing::field::Empty;
 use super::budgets;
 use super::catalogs::list_catalogs;
 use super::convert::{decision_into_proto, decision_to_proto, failure_from_proto, hold_to_proto};
-use super::holds::{self, Operators};
+use super::holds::{self, Caller, Operators};
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
 use super::pool;
@@ -145,11 +145,11 @@ impl RetryDecisionApi {
     }
 
     /// Decides one request of `caller` (who places any hold) as of `now`.
-    pub fn classify_for(
+    pub fn classify_for<'c>(
         &self,
         req: &pb::ClassifyRequest,
         now: UnixMillis,
-        caller: &str,
+        caller: impl Into<Caller<'c>>,
     ) -> Result<pb::ClassifyResponse, Status> {
         self.decide_one(req, now, caller, |d, hold| {
             let mut decision = decision_to_proto(d);
@@ -165,11 +165,11 @@ impl RetryDecisionApi {
     /// with the fleet hold in force on its scope, to `answer`: the one body
     /// of Classify, shared by gRPC (which encodes a proto) and the HTTP door
     /// (which writes JSON). Validation, metrics and holds happen here only.
-    pub fn decide_one<R>(
+    pub fn decide_one<'c, R>(
         &self,
         req: &pb::ClassifyRequest,
         now: UnixMillis,
-        caller: &str,
+        caller: impl Into<Caller<'c>>,
         answer: impl FnOnce(&Decision<'_>, Option<&Hold>) -> R,
     ) -> Result<R, Violation> {
         // One span per call at debug level: under the default `info` filter it
@@ -178,7 +178,7 @@ impl RetryDecisionApi {
         let span = tracing::debug_span!("Classify", catalog = Empty, code = Empty, verdict = Empty);
         let _entered = span.enter();
         let policy = self.policy.load();
-        let fleet = FleetCtx::new(self.fleet.as_deref(), caller, self.observer.as_deref());
+        let fleet = FleetCtx::new(self.fleet.as_deref(), caller.into(), self.observer.as_deref());
         let decided = classify_one(&policy, req, now, &fleet);
         match &decided {
             Ok((d, _)) => {
@@ -273,7 +273,7 @@ impl RetryDecisionApi {
         }
 
         let policy = self.policy.load();
-        let fleet = FleetCtx::new(self.fleet.as_deref(), caller, self.observer.as_deref());
+        let fleet = FleetCtx::new(self.fleet.as_deref(), caller.into(), self.observer.as_deref());
         let mut summary = pb::BatchSummary::default();
         let mut tally = Tally::default();
         for (i, failure) in req.failures.iter().enumerate() {
@@ -404,8 +404,11 @@ impl RetryDecisionService for RetryDecisionApi {
     async fn classify(&self, request: Request<pb::ClassifyRequest>) -> Result<Response<pb::ClassifyResponse>, Status> {
         let mut span = crate::traces::start("Classify", request.metadata());
         let now = UnixMillis::now();
-        let caller = self.fleet.as_ref().map(|_| holds::caller_of(&request));
-        let result = self.classify_for(request.get_ref(), now, caller.as_deref().unwrap_or("local"));
+        let caller = match self.fleet {
+            Some(_) => Caller::Connection(request.extensions()),
+            None => Caller::Named("local"),
+        };
+        let result = self.classify_for(request.get_ref(), now, caller);
         if let Some(span) = span.as_mut() {
             match &result {
                 Ok(r) => {
@@ -626,12 +629,12 @@ fn classify_one<'a>(
 /// The fleet memory a call decides with, and who is calling.
 struct FleetCtx<'f> {
     fleet: Option<&'f Fleet>,
-    caller: &'f str,
+    caller: Caller<'f>,
     observer: Option<&'f dyn DecisionObserver>,
 }
 
 impl<'f> FleetCtx<'f> {
-    fn new(fleet: Option<&'f Fleet>, caller: &'f str, observer: Option<&'f dyn DecisionObserver>) -> Self {
+    fn new(fleet: Option<&'f Fleet>, caller: Caller<'f>, observer: Option<&'f dyn DecisionObserver>) -> Self {
         FleetCtx {
             fleet,
             caller,
@@ -700,7 +703,7 @@ fn decide_checked<'a>(
     }
     let rate_limited = d
         .hold_plan
-        .is_some_and(|plan| fleet.place(&plan, ctx.caller, now) == PlaceOutcome::RateLimited);
+        .is_some_and(|plan| fleet.place(&plan, &ctx.caller.name(), now) == PlaceOutcome::RateLimited);
     let hold = fleet.in_force(d.catalog, f.dependency, f.tenant, f.method, now);
     let hold_floor = hold
         .as_ref()

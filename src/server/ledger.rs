@@ -67,7 +67,8 @@ struct Share {
 struct State {
     calls: usize,
     bytes: usize,
-    connections: HashMap<SocketAddr, Share>,
+    /// Seeded per process (foldhash), so peers cannot aim for collisions.
+    connections: HashMap<SocketAddr, Share, foldhash::fast::RandomState>,
 }
 
 /// The server-wide account of call slots and buffered bytes.

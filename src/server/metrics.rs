@@ -302,32 +302,43 @@ pub fn method_type_labels(path: &str) -> (&'static str, &'static str, &'static s
         .map_or(("unknown", "unknown", "unknown"), |(_, s, m, t)| (*s, *m, *t))
 }
 
-/// The `grpc_code` label of a `grpc-status` header value (the names gRPC
-/// implementations use, e.g. `OK`, `InvalidArgument`).
+/// The `grpc_code` labels (the names gRPC implementations use, e.g. `OK`,
+/// `InvalidArgument`), indexed by status code number.
+const CODE_LABELS: [&str; 17] = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
+const CANCELLED: usize = 1;
+const UNKNOWN: usize = 2;
+
+/// The index in [`CODE_LABELS`] of a `grpc-status` header value; anything
+/// that is not a known code is `Unknown`.
+fn code_index(grpc_status: Option<&http::HeaderValue>) -> usize {
+    grpc_status
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|&i| i < CODE_LABELS.len())
+        .unwrap_or(UNKNOWN)
+}
+
+/// The `grpc_code` label of a `grpc-status` header value.
 pub fn code_label(grpc_status: Option<&http::HeaderValue>) -> &'static str {
-    let code = grpc_status
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse::<i32>().ok())
-        .map_or(tonic::Code::Unknown, tonic::Code::from_i32);
-    match code {
-        tonic::Code::Ok => "OK",
-        tonic::Code::Cancelled => "Canceled",
-        tonic::Code::Unknown => "Unknown",
-        tonic::Code::InvalidArgument => "InvalidArgument",
-        tonic::Code::DeadlineExceeded => "DeadlineExceeded",
-        tonic::Code::NotFound => "NotFound",
-        tonic::Code::AlreadyExists => "AlreadyExists",
-        tonic::Code::PermissionDenied => "PermissionDenied",
-        tonic::Code::ResourceExhausted => "ResourceExhausted",
-        tonic::Code::FailedPrecondition => "FailedPrecondition",
-        tonic::Code::Aborted => "Aborted",
-        tonic::Code::OutOfRange => "OutOfRange",
-        tonic::Code::Unimplemented => "Unimplemented",
-        tonic::Code::Internal => "Internal",
-        tonic::Code::Unavailable => "Unavailable",
-        tonic::Code::DataLoss => "DataLoss",
-        tonic::Code::Unauthenticated => "Unauthenticated",
-    }
+    CODE_LABELS[code_index(grpc_status)]
 }
 
 /// Tower layer recording `grpc_server_*` metrics for every call, and
@@ -383,31 +394,84 @@ where
                 sent: None,
             };
         }
-        let (service, method, kind) = method_type_labels(req.uri().path());
-        let labels = [("grpc_type", kind), ("grpc_service", service), ("grpc_method", method)];
-        metrics::counter!(STARTED_TOTAL, &labels).increment(1);
-        let received = MessageCounter::new(metrics::counter!(MSG_RECEIVED_TOTAL, &labels));
+        let handles = method_handles(req.uri().path());
+        handles.started.increment(1);
+        let received = MessageCounter::new(handles.received.clone());
         let req = req.map(|inner| tonic::body::Body::new(CountedBody { inner, received }));
         let pending = Pending(Some(CallLabels {
-            service,
-            method,
-            kind,
+            handles,
             start: Instant::now(),
-            _in_flight: (kind == UNARY).then(|| self.unary.enter()),
+            _in_flight: (handles.kind == UNARY).then(|| self.unary.enter()),
         }));
         MeteredFuture {
             inner: self.inner.call(req),
             pending,
-            sent: Some(MessageCounter::new(metrics::counter!(MSG_SENT_TOTAL, &labels))),
+            sent: Some(MessageCounter::new(handles.sent.clone())),
         }
     }
 }
 
+/// The metric handles of one method, looked up in the registry once (a
+/// lookup hashes and compares the labels: about 2 k instructions a call).
 #[derive(Debug)]
-struct CallLabels {
+struct MethodHandles {
     service: &'static str,
     method: &'static str,
     kind: &'static str,
+    started: metrics::Counter,
+    received: metrics::Counter,
+    sent: metrics::Counter,
+    seconds: metrics::Histogram,
+    /// `grpc_server_handled_total` by code, registered on first use so the
+    /// page shows only the codes that happened.
+    handled: [OnceLock<metrics::Counter>; CODE_LABELS.len()],
+}
+
+impl MethodHandles {
+    fn new(service: &'static str, method: &'static str, kind: &'static str) -> Self {
+        let labels = [("grpc_type", kind), ("grpc_service", service), ("grpc_method", method)];
+        MethodHandles {
+            service,
+            method,
+            kind,
+            started: metrics::counter!(STARTED_TOTAL, &labels),
+            received: metrics::counter!(MSG_RECEIVED_TOTAL, &labels),
+            sent: metrics::counter!(MSG_SENT_TOTAL, &labels),
+            seconds: metrics::histogram!(HANDLING_SECONDS, &labels),
+            handled: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    fn handled(&self, code: usize) -> &metrics::Counter {
+        self.handled[code].get_or_init(|| {
+            metrics::counter!(HANDLED_TOTAL, "grpc_type" => self.kind, "grpc_service" => self.service, "grpc_method" => self.method, "grpc_code" => CODE_LABELS[code])
+        })
+    }
+}
+
+/// The handles of every known method, then `unknown`'s; made on the first
+/// call, which comes after [`install`] (handles bind to the recorder
+/// installed when they are made).
+static METHOD_HANDLES: OnceLock<Vec<MethodHandles>> = OnceLock::new();
+
+fn method_handles(path: &str) -> &'static MethodHandles {
+    let all = METHOD_HANDLES.get_or_init(|| {
+        KNOWN_METHODS
+            .iter()
+            .map(|(_, s, m, t)| MethodHandles::new(s, m, t))
+            .chain(std::iter::once(MethodHandles::new("unknown", "unknown", "unknown")))
+            .collect()
+    });
+    let i = KNOWN_METHODS
+        .iter()
+        .position(|(p, _, _, _)| *p == path)
+        .unwrap_or(KNOWN_METHODS.len());
+    &all[i]
+}
+
+#[derive(Debug)]
+struct CallLabels {
+    handles: &'static MethodHandles,
     start: Instant,
     /// Counts a unary call in flight until the call is recorded.
     _in_flight: Option<InFlightGuard>,
@@ -419,19 +483,17 @@ struct CallLabels {
 struct Pending(Option<CallLabels>);
 
 impl Pending {
-    fn finish(&mut self, code: &'static str) {
+    fn finish(&mut self, code: usize) {
         if let Some(c) = self.0.take() {
-            metrics::counter!(HANDLED_TOTAL, "grpc_type" => c.kind, "grpc_service" => c.service, "grpc_method" => c.method, "grpc_code" => code)
-                .increment(1);
-            metrics::histogram!(HANDLING_SECONDS, "grpc_type" => c.kind, "grpc_service" => c.service, "grpc_method" => c.method)
-                .record(c.start.elapsed().as_secs_f64());
+            c.handles.handled(code).increment(1);
+            c.handles.seconds.record(c.start.elapsed().as_secs_f64());
         }
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.finish("Canceled");
+        self.finish(CANCELLED);
     }
 }
 
@@ -544,13 +606,13 @@ where
                 let mut pending = Pending(this.pending.0.take());
                 // A trailers-only response (an error) carries the status in its headers.
                 if let Some(status) = response.headers().get("grpc-status") {
-                    pending.finish(code_label(Some(status)));
+                    pending.finish(code_index(Some(status)));
                 }
                 let sent = this.sent.take();
                 Ok(response.map(|inner| MeteredBody { inner, pending, sent }))
             }
             Err(e) => {
-                this.pending.finish("Unknown");
+                this.pending.finish(UNKNOWN);
                 Err(e)
             }
         })
@@ -585,10 +647,10 @@ where
                     sent.feed(data.as_ref());
                 }
                 if let Some(trailers) = f.trailers_ref() {
-                    this.pending.finish(code_label(trailers.get("grpc-status")));
+                    this.pending.finish(code_index(trailers.get("grpc-status")));
                 }
             }
-            Some(Err(_)) | None => this.pending.finish("Unknown"),
+            Some(Err(_)) | None => this.pending.finish(UNKNOWN),
         }
         Poll::Ready(frame)
     }
@@ -625,5 +687,51 @@ mod tests {
         assert_eq!(code_label(Some(&http::HeaderValue::from_static("0"))), "OK");
         assert_eq!(code_label(Some(&http::HeaderValue::from_static("x"))), "Unknown");
         assert_eq!(code_label(None), "Unknown");
+        for bad in ["17", "-1", "99999999999999999999", ""] {
+            assert_eq!(
+                code_label(Some(&http::HeaderValue::from_static(bad))),
+                "Unknown",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn code_labels_follow_the_status_numbers() {
+        // The table is indexed by number: each entry must be that code's name.
+        for (i, label) in CODE_LABELS.iter().enumerate() {
+            let code = tonic::Code::from_i32(i as i32);
+            assert_eq!(code as usize, i, "{label}");
+            let expected = match code {
+                tonic::Code::Ok => "OK",
+                tonic::Code::Cancelled => "Canceled",
+                tonic::Code::Unknown => "Unknown",
+                tonic::Code::InvalidArgument => "InvalidArgument",
+                tonic::Code::DeadlineExceeded => "DeadlineExceeded",
+                tonic::Code::NotFound => "NotFound",
+                tonic::Code::AlreadyExists => "AlreadyExists",
+                tonic::Code::PermissionDenied => "PermissionDenied",
+                tonic::Code::ResourceExhausted => "ResourceExhausted",
+                tonic::Code::FailedPrecondition => "FailedPrecondition",
+                tonic::Code::Aborted => "Aborted",
+                tonic::Code::OutOfRange => "OutOfRange",
+                tonic::Code::Unimplemented => "Unimplemented",
+                tonic::Code::Internal => "Internal",
+                tonic::Code::Unavailable => "Unavailable",
+                tonic::Code::DataLoss => "DataLoss",
+                tonic::Code::Unauthenticated => "Unauthenticated",
+            };
+            assert_eq!(*label, expected);
+        }
+    }
+
+    #[test]
+    fn each_known_method_has_its_own_handles() {
+        for (path, service, method, kind) in KNOWN_METHODS {
+            let h = method_handles(path);
+            assert_eq!((h.service, h.method, h.kind), (*service, *method, *kind));
+        }
+        let h = method_handles("/evil/\u{1F600}");
+        assert_eq!((h.service, h.method, h.kind), ("unknown", "unknown", "unknown"));
     }
 }

@@ -117,18 +117,43 @@ impl HoldKey {
 /// [`HoldKey::storage_key`] from borrowed parts (no `HoldKey` needed to look one up).
 pub fn storage_key(scope: HoldScope, catalog: &str, dependency: &str, subject: &str) -> String {
     let mut s = String::with_capacity(16 + catalog.len() + dependency.len() + subject.len());
-    s.push_str(match scope {
+    storage_key_into(&mut s, scope, catalog, dependency, subject);
+    s
+}
+
+/// [`storage_key`] written over `buf` (cleared first), so a lookup on the
+/// decision path can reuse one buffer instead of allocating a key.
+pub fn storage_key_into(buf: &mut String, scope: HoldScope, catalog: &str, dependency: &str, subject: &str) {
+    buf.clear();
+    buf.push_str(match scope {
         HoldScope::Tenant => "t",
         HoldScope::Dependency => "d",
         HoldScope::Method => "m",
     });
     for part in [catalog, dependency, subject] {
-        s.push(':');
-        s.push_str(&part.len().to_string());
-        s.push(':');
-        s.push_str(part);
+        buf.push(':');
+        push_decimal(buf, part.len());
+        buf.push(':');
+        buf.push_str(part);
     }
-    s
+}
+
+/// Appends `n` in decimal (`write!` would go through the formatter: a third
+/// of a key's cost).
+fn push_decimal(buf: &mut String, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        buf.push(char::from(d));
+    }
 }
 
 /// A hold in force (or just lifted), as stored and as reported.

@@ -304,3 +304,23 @@ fn storage_keys_are_unambiguous() {
         storage_key(HoldScope::Method, "c", "d", "")
     );
 }
+
+#[test]
+fn storage_keys_keep_their_stored_form() {
+    // Keys live in Redis across versions: the form is pinned, digits and all.
+    let long = "x".repeat(1234);
+    assert_eq!(
+        storage_key(HoldScope::Tenant, "vibecode", "b24", "tenant-1234567890"),
+        "t:8:vibecode:3:b24:17:tenant-1234567890"
+    );
+    assert_eq!(storage_key(HoldScope::Dependency, "", "d", ""), "d:0::1:d:0:");
+    assert_eq!(
+        storage_key(HoldScope::Method, "c", "d", &long),
+        format!("m:1:c:1:d:1234:{long}")
+    );
+    // Written over a used buffer, the key is the same (nothing of the last one stays).
+    let mut buf = "garbage that is longer than the key".to_owned();
+    super::storage_key_into(&mut buf, HoldScope::Method, "c", "d", "m");
+    assert_eq!(buf, storage_key(HoldScope::Method, "c", "d", "m"));
+    assert_eq!(buf, "m:1:c:1:d:1:m");
+}
