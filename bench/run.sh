@@ -28,13 +28,20 @@
 # started and the last sample 0.25 s before its last call ended, divided by
 # the calls that ended inside that window (ghz's per-call details; for the
 # batch, retryd-load's decisions/s over its measured phase times the window).
-# So ghz's start-up and shutdown, the connection set-up and the first calls are
-# not in it, and nothing is estimated from the run's nominal length. With the
-# default 6 s runs the window is 5.25 s. Each round's ratios (Classify/health,
-# Classify/greeter, p99) pair runs made seconds apart; the targets are the
-# medians of those per-round ratios. The sampler also records the machine's
-# idle share and the server's busy share (of one core) in each window: CPU per
-# call depends on them (see "Where the CPU goes" in bench/RESULTS.md).
+# So ghz's start-up and shutdown, the connection set-up and the first calls
+# are not in it, and nothing is estimated from a run's nominal length. With
+# the default 6 s runs the window is about 5.2 s (the samples' 50 ms grain).
+# Each round's ratios (Classify/health, Classify/greeter, p99) pair runs made
+# seconds apart; the targets are the medians of those per-round ratios.
+#
+# The sampler also records, per window, the server's busy share of one core,
+# the machine's idle share and the server's wake-ups per call (its threads'
+# schedstat): CPU per call depends on how many calls a wake-up finds waiting,
+# grpc-go's greeter far more than retryd (2-3x when calls arrive one at a
+# time), and on the host. That, not the counting window (the old whole-run
+# figure agrees within 3 %), is why an earlier table read 40.8 us per SayHello;
+# see "Where the CPU goes" in bench/RESULTS.md. A ghz run above one wake-up
+# per call is flagged.
 #
 # It prints the per-round table, the medians and PASS/MISS against the
 # targets; exit 0 even on a MISS (the numbers are the product), non-zero when
@@ -61,7 +68,7 @@ while (($#)); do
     --write-results) WRITE=1 ;;
     --rounds) ROUNDS="$2"; shift ;;
     --duration) DUR="$2"; shift ;;
-    -h | --help) sed -n '2,44p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,51p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -311,4 +318,11 @@ GO_VERSION="$(go version | awk '{print $3}')"
 RETRYD_VERSION="$("$RETRYD" --version 2>/dev/null || echo "retryd ?")"
 RETRYD_BUILT="$(date -u -r "$RETRYD" '+%Y-%m-%d %H:%M UTC')"
 export GHZ_VERSION RUSTC_VERSION GO_VERSION RETRYD_VERSION RETRYD_BUILT
+# With BENCH_KEEP=1 the table can be redone from the kept directory:
+#   set -a; . DIR/report.env; set +a; python3 bench/report.py
+for v in WORK ROUNDS DUR WARM C BATCH_ITEMS BATCH_C RSS_C RSS_CONNS RSS_AT RSS_FOR RSS_IDLE RSS_EARLY RSS_LATE \
+  RSS_HWM RSS_SERVE_AFTER THREADS NPROC CPU LOADAVG LOADAVG_START QUICK GREETER_PIN WRITE ROOT TARGET_DIR \
+  SERVE_STATE WINDOW_HEAD WINDOW_TAIL GHZ_VERSION RUSTC_VERSION GO_VERSION RETRYD_VERSION RETRYD_BUILT; do
+  printf '%s=%q\n' "$v" "${!v}"
+done >"$WORK/report.env"
 python3 "$ROOT/bench/report.py"
