@@ -499,11 +499,24 @@ The last medians found in target/criterion when the file was written (no network
     path = os.path.join(E["ROOT"], "bench", "RESULTS.md")
     KEEP = "<!-- sections below are written by other benches and kept by bench/run.sh --write-results -->"
     kept = ""
+    stray = []
     if os.path.exists(path):
         old = open(path, encoding="utf-8").read()
         if KEEP in old:
             kept = old[old.index(KEEP):]
-    doc = doc.rstrip("\n") + "\n\n" + (kept or KEEP + "\n")
+            old = old[:old.index(KEEP)]
+        # A section another bench added above KEEP (not one this script writes)
+        # is moved below it rather than lost.
+        ours = {"Machine", "What ran", "Targets", "Per round", "Medians", "Where the CPU goes", "Memory"}
+        for part in old.split("\n## ")[1:]:
+            title = part.split("\n", 1)[0].strip()
+            if title not in ours and not title.startswith("Criterion"):
+                stray.append("## " + part.rstrip("\n") + "\n")
+    kept = kept or KEEP + "\n"
+    if stray:
+        head, _, rest = kept.partition(KEEP)
+        kept = KEEP + "\n\n" + "\n".join(stray) + rest
+    doc = doc.rstrip("\n") + "\n\n" + kept
     with open(path, "w") as f:
         f.write(doc)
     print("\nwrote bench/RESULTS.md", file=sys.stderr)
