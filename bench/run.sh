@@ -52,6 +52,12 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Prebuilt binaries given as relative paths are relative to where run.sh was called.
+for v in RETRYD_BIN RETRYD_LOAD GREETER_BIN; do
+  if [[ -n "${!v:-}" && "${!v}" != /* ]]; then
+    printf -v "$v" '%s' "$PWD/${!v}"
+  fi
+done
 cd "$ROOT"
 
 # grpc-go's examples module has no tags: a pseudo-version of grpc-go master
@@ -165,7 +171,7 @@ fi
 HELLO_PROTO="$(go env GOMODCACHE)/google.golang.org/grpc/examples@$GREETER_PIN/helloworld/helloworld/helloworld.proto"
 if [[ ! -f "$HELLO_PROTO" ]]; then
   # A prebuilt GREETER_BIN and an empty module cache: fetch the module for its .proto.
-  (cd "$ROOT" && GOFLAGS=-mod=mod timeout 600 go mod download "google.golang.org/grpc/examples@$GREETER_PIN" >/dev/null 2>&1) || true
+  (cd "$WORK" && timeout 600 go mod download "google.golang.org/grpc/examples@$GREETER_PIN" >/dev/null 2>&1) || true
 fi
 [[ -f "$HELLO_PROTO" ]] || { echo "run.sh: $HELLO_PROTO not found" >&2; exit 2; }
 
