@@ -37,6 +37,8 @@ RUN cargo chef prepare --recipe-path recipe.json
 FROM chef AS builder
 ARG RETRYD_REVISION=unknown
 COPY --from=planner /src/recipe.json recipe.json
+# The build flags (tokio_unstable), so the dependency layer is built as the binary is.
+COPY .cargo .cargo
 # The dependency layer: rebuilt only when the recipe changes.
 RUN cargo chef cook --release --locked --recipe-path recipe.json
 COPY . .

@@ -42,6 +42,7 @@ pub mod reload;
 pub mod run;
 pub mod shadow;
 pub mod shutdown;
+pub mod socket;
 pub mod tap;
 pub mod tls;
 pub mod wire;
@@ -110,7 +111,12 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     for dir in crate::load::empty_dirs(&source.paths) {
         tracing::warn!(dir = %dir.display(), "--policy directory holds no .toml file; only the embedded catalogs and other paths are served");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    // Answers finished together go out in one write (see .cargo/config.toml).
+    #[cfg(tokio_unstable)]
+    runtime.disable_lifo_slot();
+    let runtime = match runtime.build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");

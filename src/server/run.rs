@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt as _;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
@@ -19,6 +20,7 @@ use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
 use super::overload::SHED_TOTAL;
 use super::panic::CatchPanicLayer;
+use super::socket::Coalescing;
 use super::tls::{ServerTls, TlsError};
 use super::wire::WireLayer;
 use crate::fleet::Fleet;
@@ -351,7 +353,8 @@ impl BoundServer {
         }
         let incoming = TcpIncoming::from(grpc)
             .with_nodelay(Some(true))
-            .with_keepalive(Some(TCP_KEEPALIVE));
+            .with_keepalive(Some(TCP_KEEPALIVE))
+            .map(|accepted| accepted.map(Coalescing::new));
         let mut routes = tonic::service::Routes::builder();
         routes
             .add_service(health)
