@@ -5,7 +5,8 @@
 //!   answers: bad bytes are input like any other; INTERNAL is kept for our own
 //!   faults;
 //! - ClassifyBatch requests are decoded into, and its responses given back
-//!   to, the pools of [`super::pool`] ([`Pooled`]).
+//!   to, the pools of [`super::pool`], Classify's those of
+//!   [`super::unary_pool`] ([`Pooled`]).
 
 use bytes::{Buf, BufMut};
 use prost::{DecodeError, Message};
@@ -13,7 +14,7 @@ use tonic::Status;
 use tonic::codec::{BufferSettings, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic_types::{ErrorDetails, StatusExt as _};
 
-use super::{pb, pool};
+use super::{pb, pool, unary_pool};
 
 /// How a message of the service is decoded, and what happens to it once it
 /// is encoded: by default prost's decode, and nothing.
@@ -27,8 +28,18 @@ pub trait Pooled: Message + Default + Sized {
     fn recycle(self) {}
 }
 
-impl Pooled for pb::ClassifyRequest {}
-impl Pooled for pb::ClassifyResponse {}
+impl Pooled for pb::ClassifyRequest {
+    fn decode_pooled(buf: impl Buf) -> Result<Self, DecodeError> {
+        unary_pool::decode_classify_request(buf)
+    }
+}
+
+impl Pooled for pb::ClassifyResponse {
+    fn recycle(self) {
+        unary_pool::recycle_response(self);
+    }
+}
+
 impl Pooled for pb::ListCatalogsRequest {}
 impl Pooled for pb::ListCatalogsResponse {}
 impl Pooled for pb::AdmitRequest {}

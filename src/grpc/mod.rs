@@ -10,6 +10,7 @@ pub mod holds;
 pub mod json;
 pub mod pool;
 pub mod service;
+pub mod unary_pool;
 
 pub use holds::Operators;
 pub use service::{PolicyHandle, RetryDecisionApi, ServiceConfig};

@@ -36,28 +36,34 @@ pub const POOLED_FAILURE_BYTES: usize = 2_048;
 /// The `failures` field of `ClassifyBatchRequest`.
 const FAILURES_TAG: u32 = 1;
 
-/// A bounded free list.
-struct Pool<T> {
+/// A free list of at most `N` values.
+pub(super) struct Pool<T, const N: usize = POOLED> {
     free: Mutex<Vec<T>>,
 }
 
-impl<T> Pool<T> {
-    const fn new() -> Self {
+impl<T, const N: usize> Pool<T, N> {
+    pub(super) const fn new() -> Self {
         Pool {
             free: Mutex::new(Vec::new()),
         }
     }
 
-    fn take(&self) -> Option<T> {
+    pub(super) fn take(&self) -> Option<T> {
         self.free.lock().ok()?.pop()
     }
 
-    fn give(&self, value: T) {
+    pub(super) fn give(&self, value: T) {
         if let Ok(mut free) = self.free.lock() {
-            if free.len() < POOLED {
+            if free.len() < N {
                 free.push(value);
             }
         }
+    }
+
+    /// Values kept now.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.free.lock().map_or(0, |f| f.len())
     }
 }
 
@@ -125,7 +131,7 @@ pub fn recycle_response(resp: pb::ClassifyBatchResponse) {
 }
 
 /// Bytes held by the strings of a decoded failure.
-fn string_bytes(f: &pb::Failure) -> usize {
+pub(super) fn string_bytes(f: &pb::Failure) -> usize {
     let upstream = f.upstream.as_ref().map_or(0, |c| {
         c.idempotency_key.as_ref().map_or(0, String::capacity)
             + c.reconciliation_action.as_ref().map_or(0, String::capacity)

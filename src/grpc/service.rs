@@ -21,6 +21,7 @@ use super::holds::{self, Caller, Operators};
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
 use super::pool;
+use super::unary_pool;
 use crate::core::hold::Hold;
 use crate::core::limits::{self, FieldViolation};
 use crate::core::{DecideError, Decision, Policy, UnixMillis, Verdict, Warning, decide, decide_held};
@@ -152,7 +153,9 @@ impl RetryDecisionApi {
         caller: impl Into<Caller<'c>>,
     ) -> Result<pb::ClassifyResponse, Status> {
         self.decide_one(req, now, caller, |d, hold| {
-            let mut decision = decision_to_proto(d);
+            // Written over a decision of an earlier answer (see unary_pool).
+            let mut decision = unary_pool::take_decision();
+            decision_into_proto(d, &mut decision);
             decision.hold = hold.map(|h| hold_to_proto(h, h.key.tenant()));
             pb::ClassifyResponse {
                 decision: Some(decision),
@@ -409,6 +412,7 @@ impl RetryDecisionService for RetryDecisionApi {
             None => Caller::Named("local"),
         };
         let result = self.classify_for(request.get_ref(), now, caller);
+        unary_pool::recycle_request(request.into_inner());
         if let Some(span) = span.as_mut() {
             match &result {
                 Ok(r) => {

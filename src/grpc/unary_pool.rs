@@ -1,0 +1,180 @@
+//! Storage reused from one Classify to the next, as [`super::pool`] does for
+//! ClassifyBatch: the request's failure is decoded into a failure kept from an
+//! earlier call, and the answer's decision is written over an earlier one.
+//!
+//! A Classify decodes about six strings and builds about eight; allocating
+//! and freeing them was a tenth of the call's own instructions (callgrind,
+//! see docs/performance.md). Nothing of one call reaches another: a pooled
+//! failure is `clear`ed before a request is merged into it, and every field
+//! of a pooled decision is overwritten by `decision_into_proto`; tests
+//! compare both with fresh storage.
+
+use bytes::Buf;
+use prost::DecodeError;
+use prost::Message as _;
+use prost::encoding::{DecodeContext, WireType, decode_key, message};
+
+use super::pb;
+use super::pool::{POOLED_FAILURE_BYTES, Pool};
+
+/// The `failure` field of `ClassifyRequest`.
+const FAILURE_TAG: u32 = 1;
+
+/// Most failures (and decisions) kept: more than the calls a server decodes
+/// at the same instant, few enough to be nothing in memory.
+pub const POOLED_UNARY: usize = 64;
+
+static FAILURES: Pool<pb::Failure, POOLED_UNARY> = Pool::new();
+static DECISIONS: Pool<pb::Decision, POOLED_UNARY> = Pool::new();
+
+/// Decodes a `ClassifyRequest` as prost does, its failure into one kept from
+/// an earlier call (`Message::decode`'s own loop, as
+/// [`super::pool::decode_batch_request`]). A failure field given twice is
+/// merged, as prost merges it.
+pub fn decode_classify_request(mut buf: impl Buf) -> Result<pb::ClassifyRequest, DecodeError> {
+    let mut req = pb::ClassifyRequest::default();
+    let ctx = DecodeContext::default();
+    while buf.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut buf)?;
+        if tag == FAILURE_TAG && wire_type == WireType::LengthDelimited {
+            let failure = req.failure.get_or_insert_with(|| {
+                let mut f = FAILURES.take().unwrap_or_default();
+                f.clear();
+                f
+            });
+            message::merge(wire_type, failure, &mut buf, ctx.clone())?;
+        } else {
+            req.merge_field(tag, wire_type, &mut buf, ctx.clone())?;
+        }
+    }
+    Ok(req)
+}
+
+/// Gives a decided request's failure back for the next request to decode into.
+pub fn recycle_request(req: pb::ClassifyRequest) {
+    if let Some(failure) = req.failure {
+        if super::pool::string_bytes(&failure) <= POOLED_FAILURE_BYTES {
+            FAILURES.give(failure);
+        }
+    }
+}
+
+/// A decision to write an answer over (every field is overwritten).
+pub fn take_decision() -> pb::Decision {
+    DECISIONS.take().unwrap_or_default()
+}
+
+/// Gives an encoded answer's decision back for the next answer.
+pub fn recycle_response(resp: pb::ClassifyResponse) {
+    if let Some(decision) = resp.decision {
+        DECISIONS.give(decision);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn request(n: usize, key: &str) -> pb::ClassifyRequest {
+        pb::ClassifyRequest {
+            failure: (!n.is_multiple_of(7)).then(|| pb::Failure {
+                catalog: "vibecode".into(),
+                code: format!("CODE_{n}"),
+                operation: (n % 3) as i32,
+                method: "crm.deal.add".into(),
+                attempt: n as u32,
+                retry_after: if n.is_multiple_of(2) { "5".into() } else { String::new() },
+                idempotency_key: key.into(),
+                request_id: format!("req-{n}"),
+                tenant: "t".repeat(n % 5),
+                dependency: "d".repeat(n % 3),
+                upstream: n.is_multiple_of(3).then(|| pb::RetryContract {
+                    idempotency_key: Some(key.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            locale: if n.is_multiple_of(2) {
+                "ru".into()
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    #[test]
+    fn a_reused_failure_carries_nothing_of_the_earlier_request() {
+        let first = request(3, "secret-key-of-another-caller");
+        let decoded = decode_classify_request(first.encode_to_vec().as_slice()).expect("decodes");
+        assert_eq!(decoded, first);
+        recycle_request(decoded);
+        for second in [
+            pb::ClassifyRequest::default(),
+            pb::ClassifyRequest {
+                failure: Some(pb::Failure::default()),
+                locale: String::new(),
+            },
+            request(1, ""),
+        ] {
+            let decoded = decode_classify_request(second.encode_to_vec().as_slice()).expect("decodes");
+            assert_eq!(decoded, second);
+            recycle_request(decoded);
+        }
+    }
+
+    #[test]
+    fn a_failure_given_twice_is_merged_as_prost_merges_it() {
+        let mut bytes = request(4, "a").encode_to_vec();
+        bytes.extend(request(5, "").encode_to_vec());
+        let ours = decode_classify_request(bytes.as_slice()).expect("decodes");
+        assert_eq!(ours, pb::ClassifyRequest::decode(bytes.as_slice()).expect("decodes"));
+    }
+
+    #[test]
+    fn pools_are_bounded() {
+        for _ in 0..POOLED_UNARY * 2 {
+            recycle_response(pb::ClassifyResponse {
+                decision: Some(pb::Decision::default()),
+            });
+            recycle_request(request(1, "k"));
+        }
+        assert!(DECISIONS.len() <= POOLED_UNARY);
+        assert!(FAILURES.len() <= POOLED_UNARY);
+        let mut big = request(1, "k");
+        if let Some(f) = big.failure.as_mut() {
+            f.method = "m".repeat(1 << 20);
+        }
+        let before = FAILURES.len();
+        recycle_request(big);
+        assert!(
+            FAILURES.len() <= before.max(POOLED_UNARY),
+            "an oversize failure is not kept"
+        );
+    }
+
+    proptest! {
+        /// Any bytes: accepted exactly when prost accepts them, and the same
+        /// message, whatever the pool held before.
+        #[test]
+        fn decodes_as_prost_does(bytes in proptest::collection::vec(any::<u8>(), 0..200), earlier in 0usize..50) {
+            if let Ok(d) = decode_classify_request(request(earlier, "old").encode_to_vec().as_slice()) {
+                recycle_request(d);
+            }
+            let ours = decode_classify_request(bytes.as_slice());
+            let prost = pb::ClassifyRequest::decode(bytes.as_slice());
+            prop_assert_eq!(ours.is_ok(), prost.is_ok(), "{:?} vs {:?}", ours, prost);
+            if let (Ok(ours), Ok(prost)) = (ours, prost) {
+                prop_assert_eq!(ours, prost);
+            }
+        }
+
+        /// Well-formed requests, decoded after any other.
+        #[test]
+        fn round_trips_after_any_earlier_request(n in 0usize..60, earlier in 0usize..60) {
+            recycle_request(decode_classify_request(request(earlier, "old").encode_to_vec().as_slice()).expect("decodes"));
+            let req = request(n, "new");
+            prop_assert_eq!(decode_classify_request(req.encode_to_vec().as_slice()).expect("decodes"), req);
+        }
+    }
+}
