@@ -57,7 +57,7 @@ fn batch(c: &mut Criterion) {
             let resp = api.classify_batch_at(&req, now).expect("decided");
             pool::recycle_request(req);
             out.clear();
-            out.reserve(resp.encoded_len()); // as the codec reserves tonic's buffer
+            // As the codec encodes into tonic's buffer: room reserved, then written.
             codec::encode_and_recycle(resp, &mut out);
             black_box(out.len())
         })
