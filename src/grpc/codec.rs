@@ -370,7 +370,7 @@ fn put_decision(d: &pb::Decision, contract: Option<usize>, buf: &mut impl BufMut
     put_enum(VERDICT, *verdict, buf);
     if let (Some(c), Some(len)) = (retry, contract) {
         put_len(key_byte(RETRY), len, buf);
-        c.encode_raw(buf);
+        put_contract(c, buf);
     }
     put_enum(TARGET_REACHED, *target_reached, buf);
     put_str(CATALOG, catalog, buf);
@@ -392,6 +392,56 @@ fn put_decision(d: &pb::Decision, contract: Option<usize>, buf: &mut impl BufMut
     }
     if let Some(b) = budget {
         message::encode(BUDGET, b, buf);
+    }
+}
+
+/// Writes a retry contract's fields as prost's generated `encode_raw` does
+/// (the destructuring names every field, as in [`put_decision`]).
+fn put_contract(c: &pb::RetryContract, buf: &mut impl BufMut) {
+    let pb::RetryContract {
+        retryable,
+        safe,
+        after_ms,
+        max_after_ms,
+        strategy,
+        attempt,
+        max_attempts,
+        deadline,
+        idempotency_key,
+        side_effect_state,
+        reconciliation_action,
+    } = c;
+    put_bool(1, *retryable, buf);
+    put_bool(2, *safe, buf);
+    put_uint(3, *after_ms, buf);
+    put_uint(4, *max_after_ms, buf);
+    put_enum(5, *strategy, buf);
+    put_uint(6, u64::from(*attempt), buf);
+    put_uint(7, u64::from(*max_attempts), buf);
+    if let Some(t) = deadline {
+        message::encode(8, t, buf);
+    }
+    // `optional string`: written when set, even empty.
+    if let Some(k) = idempotency_key {
+        put_len(key_byte(9), k.len(), buf);
+        buf.put_slice(k.as_bytes());
+    }
+    put_enum(10, *side_effect_state, buf);
+    if let Some(a) = reconciliation_action {
+        put_len(key_byte(11), a.len(), buf);
+        buf.put_slice(a.as_bytes());
+    }
+}
+
+/// A `uint32` or `uint64` field.
+#[inline]
+fn put_uint(tag: u32, v: u64, buf: &mut impl BufMut) {
+    if v == 0 {
+    } else if v < 0x80 {
+        buf.put_slice(&[(tag << 3) as u8, v as u8]);
+    } else {
+        buf.put_u8((tag << 3) as u8);
+        encode_varint(v, buf);
     }
 }
 

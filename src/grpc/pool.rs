@@ -281,9 +281,15 @@ mod tests {
     #[test]
     fn malformed_strings_get_prosts_refusal() {
         // failures[0] = { catalog: <varint 7> }, { code: <invalid UTF-8> },
-        // { method: <length past the end> }: each refused as the plain
-        // merge refuses it, with the same message.
-        for body in [vec![0x08, 0x07], vec![0x12, 0x02, 0xC3, 0x28], vec![0x22, 0x05, b'a']] {
+        // { method: <length past the end> }, { catalog: C3, code: A9 } (each
+        // half of "é": valid together, not alone): each refused as the
+        // plain merge refuses it, with the same message.
+        for body in [
+            vec![0x08, 0x07],
+            vec![0x12, 0x02, 0xC3, 0x28],
+            vec![0x22, 0x05, b'a'],
+            vec![0x0A, 0x01, 0xC3, 0x12, 0x01, 0xA9],
+        ] {
             let mut wire = vec![0x0A, body.len() as u8];
             wire.extend_from_slice(&body);
             let ours = decode_batch_request(wire.as_slice()).expect_err("refused");
@@ -296,6 +302,23 @@ mod tests {
             )
             .expect_err("refused");
             assert_eq!(ours.to_string(), theirs.to_string());
+        }
+    }
+
+    #[test]
+    fn repeated_string_fields_decode_as_prost_does() {
+        // Fields given again and again: the last one wins.
+        for repeats in [2, 17] {
+            let mut body = Vec::new();
+            for i in 0..repeats {
+                body.extend_from_slice(&[0x0A, 0x02, b'c', b'0' + (i % 10) as u8, 0x12, 0x01, b'x']);
+            }
+            let mut wire = vec![0x0A];
+            prost::encoding::encode_varint(body.len() as u64, &mut wire);
+            wire.extend_from_slice(&body);
+            let ours = decode_batch_request(wire.as_slice()).expect("decodes");
+            assert_eq!(ours, pb::ClassifyBatchRequest::decode(wire.as_slice()).expect("decodes"));
+            assert_eq!(ours.failures[0].code, "x");
         }
     }
 
