@@ -228,17 +228,23 @@ impl RetryDecisionApi {
             slot.index = u32::try_from(i).unwrap_or(u32::MAX);
             match item {
                 Ok((d, hold)) => {
-                    let out = match &mut slot.outcome {
+                    let (out, earlier_hold) = match &mut slot.outcome {
                         Some(pb::batch_result::Outcome::Decision(reused)) => {
+                            // Kept for its strings: a hold is written over it.
+                            let earlier_hold = reused.hold.take();
                             decision_into_proto(d, reused);
-                            reused
+                            (reused, earlier_hold)
                         }
                         other => match other.insert(pb::batch_result::Outcome::Decision(decision_to_proto(d))) {
-                            pb::batch_result::Outcome::Decision(fresh) => fresh,
-                            pb::batch_result::Outcome::Error(_) => unreachable_decision(),
+                            pb::batch_result::Outcome::Decision(fresh) => (fresh, None),
+                            pb::batch_result::Outcome::Error(_) => (unreachable_decision(), None),
                         },
                     };
-                    out.hold = hold.map(|h| hold_to_proto(h, h.key.tenant()));
+                    out.hold = hold.map(|h| {
+                        let mut slot = earlier_hold.unwrap_or_default();
+                        hold_into_proto(h, h.key.tenant(), &mut slot);
+                        slot
+                    });
                 }
                 Err(v) => slot.outcome = Some(pb::batch_result::Outcome::Error(v.to_rpc_status())),
             }
@@ -647,6 +653,44 @@ impl<'f> FleetCtx<'f> {
     }
 }
 
+/// Writes `h` over `out` as [`hold_to_proto`] builds it, reusing the
+/// capacity of `out`'s strings: a batch answer's holds are written into the
+/// holds of an earlier answer's slots (with fleet memory, a hold in force on
+/// an item's scope was 8 strings allocated and freed per item). Every field
+/// is written: the destructuring names them all.
+fn hold_into_proto(h: &Hold, tenant: &str, out: &mut pb::Hold) {
+    let pb::Hold {
+        id,
+        catalog,
+        dependency,
+        tenant: tenant_out,
+        method,
+        scope,
+        kind,
+        since,
+        until,
+        code,
+        rule,
+        reason,
+    } = out;
+    let overwrite = |slot: &mut String, value: &str| {
+        slot.clear();
+        slot.push_str(value);
+    };
+    overwrite(id, &h.id);
+    overwrite(catalog, &h.key.catalog);
+    overwrite(dependency, &h.key.dependency);
+    overwrite(tenant_out, tenant);
+    overwrite(method, h.key.method());
+    *scope = super::convert::hold_scope_to_proto(h.key.scope) as i32;
+    *kind = super::convert::hold_kind_to_proto(h.kind) as i32;
+    *since = Some(super::convert::timestamp_from_millis(h.since));
+    *until = Some(super::convert::timestamp_from_millis(h.until));
+    overwrite(code, &h.code);
+    overwrite(rule, &h.rule);
+    overwrite(reason, &h.reason);
+}
+
 fn unreachable_decision() -> &'static mut pb::Decision {
     // `Option::insert` just stored a Decision; kept total without a panic.
     Box::leak(Box::default())
@@ -924,6 +968,53 @@ mod tests {
                 + summary.already_applied,
             2
         );
+    }
+
+    /// A hold written over an earlier answer's hold equals the hold built
+    /// fresh: nothing of the earlier one survives.
+    #[test]
+    fn a_reused_hold_keeps_nothing_of_the_earlier_one() {
+        use crate::core::hold::{HoldKey, HoldKind, HoldScope};
+        let hold = |scope, kind, text: &str| Hold {
+            id: format!("id-{text}"),
+            key: HoldKey {
+                scope,
+                catalog: "vibecode".into(),
+                dependency: format!("dep-{text}"),
+                subject: text.into(),
+            },
+            kind,
+            since: UnixMillis(1_000),
+            until: UnixMillis(9_000_000),
+            probe_every_ms: 5,
+            code: text.repeat(3),
+            rule: format!("rule/{text}"),
+            reason: text.repeat(40),
+        };
+        let holds = [
+            hold(HoldScope::Tenant, HoldKind::Pause, "a"),
+            hold(HoldScope::Dependency, HoldKind::QuotaStop, "longer-text-of-another-tenant"),
+            hold(HoldScope::Method, HoldKind::CircuitOpen, ""),
+        ];
+        let earlier: Vec<pb::Hold> = holds
+            .iter()
+            .map(|h| hold_to_proto(h, "seen-tenant"))
+            .chain([pb::Hold {
+                scope: 99,
+                kind: 99,
+                since: Some(prost_types::Timestamp { seconds: 1, nanos: 1 }),
+                ..Default::default()
+            }])
+            .collect();
+        for h in &holds {
+            for tenant in ["", h.key.tenant(), "h:0123456789abcdef"] {
+                for before in &earlier {
+                    let mut slot = before.clone();
+                    hold_into_proto(h, tenant, &mut slot);
+                    assert_eq!(slot, hold_to_proto(h, tenant));
+                }
+            }
+        }
     }
 
     #[test]
