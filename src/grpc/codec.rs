@@ -553,7 +553,9 @@ mod tests {
         ];
         let mut decisions: Vec<pb::Decision> = failures
             .iter()
-            .map(|f| decision_to_proto(&crate::core::decide(&policy, &failure_from_proto(f, "ru"), now).expect("decides")))
+            .map(|f| {
+                decision_to_proto(&crate::core::decide(&policy, &failure_from_proto(f, "ru"), now).expect("decides"))
+            })
             .collect();
         let mut junk = decisions[0].clone();
         junk.verdict = -1;

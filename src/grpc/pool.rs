@@ -317,7 +317,10 @@ mod tests {
             prost::encoding::encode_varint(body.len() as u64, &mut wire);
             wire.extend_from_slice(&body);
             let ours = decode_batch_request(wire.as_slice()).expect("decodes");
-            assert_eq!(ours, pb::ClassifyBatchRequest::decode(wire.as_slice()).expect("decodes"));
+            assert_eq!(
+                ours,
+                pb::ClassifyBatchRequest::decode(wire.as_slice()).expect("decodes")
+            );
             assert_eq!(ours.failures[0].code, "x");
         }
     }

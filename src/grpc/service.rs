@@ -230,8 +230,8 @@ impl RetryDecisionApi {
                 Ok((d, hold)) => {
                     let (out, earlier_hold) = match &mut slot.outcome {
                         Some(pb::batch_result::Outcome::Decision(reused)) => {
-                            // Kept for its strings: a hold is written over it.
-                            let earlier_hold = reused.hold.take();
+                            // Kept for its strings when a hold is written over it.
+                            let earlier_hold = if hold.is_some() { reused.hold.take() } else { None };
                             decision_into_proto(d, reused);
                             (reused, earlier_hold)
                         }
@@ -993,7 +993,11 @@ mod tests {
         };
         let holds = [
             hold(HoldScope::Tenant, HoldKind::Pause, "a"),
-            hold(HoldScope::Dependency, HoldKind::QuotaStop, "longer-text-of-another-tenant"),
+            hold(
+                HoldScope::Dependency,
+                HoldKind::QuotaStop,
+                "longer-text-of-another-tenant",
+            ),
             hold(HoldScope::Method, HoldKind::CircuitOpen, ""),
         ];
         let earlier: Vec<pb::Hold> = holds
