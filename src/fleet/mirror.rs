@@ -47,8 +47,10 @@ pub enum Placed {
 
 #[derive(Debug, Default)]
 struct State {
-    /// storage key → the holds of that key, one per kind.
-    by_key: HashMap<String, Vec<Hold>>,
+    /// storage key → the holds of that key, one per kind. Looked up three
+    /// times a decision while any hold is in force: foldhash, seeded per
+    /// process (keys carry client-chosen tenants), at a fraction of SipHash.
+    by_key: HashMap<String, Vec<Hold>, foldhash::fast::RandomState>,
     /// hold id → storage key.
     by_id: HashMap<String, String>,
     /// circuit hold id → the highest probe slot known to be taken.
