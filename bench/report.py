@@ -468,7 +468,8 @@ SayHello, retryd 1.2-1.3 wake-ups and 27-38 µs per Classify or health Check, ag
 (2026-12-01). Counted by `perf stat -e raw_syscalls:sys_enter,context-switches -p PID`, the greeter
 made 10.3 system calls and 4.1 context switches per SayHello paced, 1.9 and 0.4 unpaced (one of
 the 1.9 its log line); retryd 3.5-3.9 and 1.3-1.5 paced, 1.3-1.65 and 0.3 unpaced (of which 0.9-1.3
-writev: about one socket write per answer, where the greeter writes 0.18 per call). ghz's own CPU
+writev: about one socket write per answer, where the greeter writes 0.18 per call; since answers
+under 1 KiB share writes, src/server/socket.rs, 0.24 per Classify). ghz's own CPU
 per call doubles in the paced regime too (97-105 µs against 53-69 µs). So
 the ratio against the greeter depends on the regime a run lands in, more than ratios within
 retryd do: read it with the wake-ups per call, and distrust a round whose runs are not all below
