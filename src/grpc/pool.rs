@@ -226,9 +226,24 @@ pub(super) fn string_bytes(f: &pb::Failure) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
+
+    /// What a pooled decoder made of `bytes` is what prost makes of them:
+    /// the same refusal, or the same message.
+    pub(in crate::grpc) fn same_as_prost<M>(ours: Result<M, DecodeError>, bytes: &[u8]) -> Result<(), TestCaseError>
+    where
+        M: prost::Message + Default + PartialEq + std::fmt::Debug,
+    {
+        let prost = M::decode(bytes);
+        prop_assert_eq!(ours.is_ok(), prost.is_ok(), "{:?} vs {:?}", ours, prost);
+        if let (Ok(ours), Ok(prost)) = (ours, prost) {
+            prop_assert_eq!(ours, prost);
+        }
+        Ok(())
+    }
 
     fn failure(n: usize, key: &str) -> pb::Failure {
         pb::Failure {
@@ -368,12 +383,7 @@ mod tests {
             if let Ok(d) = decode_batch_request(request(earlier, "old").encode_to_vec().as_slice()) {
                 recycle_request(d);
             }
-            let ours = decode_batch_request(bytes.as_slice());
-            let prost = pb::ClassifyBatchRequest::decode(bytes.as_slice());
-            prop_assert_eq!(ours.is_ok(), prost.is_ok(), "{:?} vs {:?}", ours, prost);
-            if let (Ok(ours), Ok(prost)) = (ours, prost) {
-                prop_assert_eq!(ours, prost);
-            }
+            same_as_prost(decode_batch_request(bytes.as_slice()), &bytes)?;
         }
 
         /// Well-formed requests of any size, decoded after any other.

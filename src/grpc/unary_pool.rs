@@ -161,12 +161,7 @@ mod tests {
             if let Ok(d) = decode_classify_request(request(earlier, "old").encode_to_vec().as_slice()) {
                 recycle_request(d);
             }
-            let ours = decode_classify_request(bytes.as_slice());
-            let prost = pb::ClassifyRequest::decode(bytes.as_slice());
-            prop_assert_eq!(ours.is_ok(), prost.is_ok(), "{:?} vs {:?}", ours, prost);
-            if let (Ok(ours), Ok(prost)) = (ours, prost) {
-                prop_assert_eq!(ours, prost);
-            }
+            crate::grpc::pool::tests::same_as_prost(decode_classify_request(bytes.as_slice()), &bytes)?;
         }
 
         /// Well-formed requests, decoded after any other.

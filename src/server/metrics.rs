@@ -290,16 +290,8 @@ fn respond(handle: &PrometheusHandle, method: &http::Method, path: &str) -> http
 
 /// The fixed `(grpc_service, grpc_method)` labels of a request path.
 pub fn method_labels(path: &str) -> (&'static str, &'static str) {
-    let (service, method, _) = method_type_labels(path);
-    (service, method)
-}
-
-/// The fixed `(grpc_service, grpc_method, grpc_type)` labels of a request path.
-pub fn method_type_labels(path: &str) -> (&'static str, &'static str, &'static str) {
-    KNOWN_METHODS
-        .iter()
-        .find(|(p, _, _, _)| *p == path)
-        .map_or(("unknown", "unknown", "unknown"), |(_, s, m, t)| (*s, *m, *t))
+    let h = method_handles(path);
+    (h.service, h.method)
 }
 
 /// The `grpc_code` labels (the names gRPC implementations use, e.g. `OK`,
