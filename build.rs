@@ -38,7 +38,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .extern_path(".google.rpc", "::tonic_types")
         // tonic-prost's codec answers undecodable requests INTERNAL; ours
         // answers INVALID_ARGUMENT (src/grpc/codec.rs).
-        .codec_path("crate::grpc::codec::Codec")
+        .codec_path("crate::grpc::wire::codec::Codec")
         .compile_fds(fds)?;
     Ok(())
 }

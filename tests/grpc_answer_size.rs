@@ -11,11 +11,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use prost::Message as _;
 use retryd::core::{Policy, UnixMillis};
+use retryd::doors::peers::Operators;
 use retryd::fleet::{Fleet, FleetConfig, PlacementLimits};
+use retryd::grpc::RetryDecisionApi;
 use retryd::grpc::pb;
-use retryd::grpc::service::DEFAULT_MAX_BATCH;
-use retryd::grpc::{Operators, RetryDecisionApi, ServiceConfig};
 use retryd::server::admission::ITEM_ANSWER_BYTES;
+use retryd::service::{DEFAULT_MAX_BATCH, ServiceConfig};
 
 /// gRPC clients' default receive limit (grpc-go, grpc-java, tonic, grpcio).
 const CLIENT_RECEIVE_LIMIT: usize = 4 * 1024 * 1024;

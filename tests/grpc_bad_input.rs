@@ -628,7 +628,7 @@ async fn bytes_that_are_not_protobuf_fail_the_call_not_the_server() {
 
 /// The issue asks for no INTERNAL for bad input. tonic-prost's codec maps
 /// every `prost::DecodeError` to INTERNAL (`tonic-prost` `codec.rs`,
-/// `from_decode_error`); the service's own codec (`grpc::codec`) answers
+/// `from_decode_error`); the service's own codec (`grpc::wire::codec`) answers
 /// INVALID_ARGUMENT, for Classify and for the pooled ClassifyBatch decode.
 #[tokio::test]
 async fn bad_protobuf_is_invalid_argument() {

@@ -230,7 +230,7 @@ async fn batch_answers_in_order_and_isolates_bad_items() {
 }
 
 /// ClassifyBatch decodes into, and answers in, storage of earlier batches
-/// (`grpc::pool`): an answer must carry nothing of the batch before it.
+/// (`grpc::wire::pool`): an answer must carry nothing of the batch before it.
 /// Each item is checked against Classify, which does not pool.
 #[tokio::test]
 async fn a_batch_answer_carries_nothing_of_the_batch_before() {

@@ -128,7 +128,7 @@ async fn sigterm_during_load_drains_accepted_calls() {
             "--shutdown-delay",
             "500ms",
         ],
-        &[("RUST_LOG", "info,retryd::grpc=debug")],
+        &[("RUST_LOG", "info,retryd::service=debug")],
     );
     let channels: Vec<Channel> = {
         let mut v = Vec::new();

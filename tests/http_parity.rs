@@ -114,6 +114,15 @@ fn grpc_decision_as_json(d: &pb::Decision) -> Value {
         "terminal_state": or_null(&d.terminal_state),
         "warnings": d.warnings,
         "hold": null,
+        // The scope's retry budget, as gRPC answers it (no comparison names
+        // a dependency, so no budget counts it).
+        "budget": d.budget.as_ref().map(|b| json!({
+            "scope_key": b.scope_key,
+            "requests": b.requests,
+            "retries": b.retries,
+            "allowed": b.allowed,
+            "window_start": b.window_start.as_ref().map(|t| retryd::grpc::convert::millis_from_timestamp(t).to_rfc3339()),
+        })),
     })
 }
 

@@ -12,8 +12,10 @@ use arc_swap::ArcSwap;
 use criterion::{Criterion, Throughput, criterion_group};
 use prost::Message as _;
 use retryd::core::{Policy, UnixMillis};
-use retryd::grpc::codec::{self, Pooled as _};
-use retryd::grpc::{RetryDecisionApi, ServiceConfig, pb, pool};
+use retryd::grpc::wire::codec::{self, Pooled as _};
+use retryd::grpc::wire::pool;
+use retryd::grpc::{RetryDecisionApi, pb};
+use retryd::service::ServiceConfig;
 
 #[allow(dead_code)]
 #[path = "../../src/bin/retryd-load/workload.rs"]

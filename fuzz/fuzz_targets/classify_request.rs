@@ -13,8 +13,9 @@ use arc_swap::ArcSwap;
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;
 use retryd::core::{Policy, UnixMillis};
-use retryd::grpc::{pb, pool};
-use retryd::grpc::{RetryDecisionApi, ServiceConfig};
+use retryd::grpc::wire::pool;
+use retryd::grpc::{RetryDecisionApi, pb};
+use retryd::service::ServiceConfig;
 use tonic::Code;
 
 /// 2026-08-08T12:05:00Z, the instant the service's own unit tests use.

@@ -1,12 +1,12 @@
 //! `retryd classify`: decide one failure locally, on the embedded policy.
 
-use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use serde_json::json;
 
-use crate::core::{Decision, Failure, Operation, ReadBack, UnixMillis, decide, limits};
+pub use crate::doors::render::{Format, asc_contract, render};
+
+use crate::core::{Failure, Operation, ReadBack, UnixMillis, decide, limits};
 
 /// Flags of `retryd classify`.
 #[derive(Debug, Args)]
@@ -96,17 +96,6 @@ pub enum ReadBackArg {
     Inconclusive,
 }
 
-/// `--format` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// For people.
-    Text,
-    /// The whole decision as JSON.
-    Json,
-    /// Exactly the ASC contract shape `{"retry": {...}}`.
-    Asc,
-}
-
 fn parse_deadline(s: &str) -> Result<UnixMillis, String> {
     UnixMillis::parse_rfc3339(s).ok_or_else(|| format!("{s:?} is not an RFC 3339 time such as 2026-08-08T12:05:00Z"))
 }
@@ -183,120 +172,4 @@ pub fn policy_origin(args: impl IntoIterator<Item = std::ffi::OsString>) -> &'st
         a == "--policy" || a.starts_with("--policy=")
     });
     if on_command_line { "--policy" } else { "RETRYD_POLICY" }
-}
-
-/// Renders a decision in `format`.
-pub fn render(d: &Decision<'_>, format: Format) -> String {
-    match format {
-        // The CLI has no fleet memory: `hold` is always null (see core::json).
-        Format::Json => {
-            serde_json::to_string_pretty(&crate::grpc::json::DecisionJson::new(d, None)).unwrap_or_default()
-        }
-        Format::Asc => serde_json::to_string_pretty(&asc_contract(d)).unwrap_or_default(),
-        Format::Text => text(d),
-    }
-}
-
-/// The seed's contract shape: exactly its ten fields, nulls where it has nulls.
-pub fn asc_contract(d: &Decision<'_>) -> serde_json::Value {
-    let r = &d.retry;
-    json!({
-        "retry": {
-            "retryable": r.retryable,
-            "safe": r.safe,
-            "after_ms": r.after_ms,
-            "strategy": r.strategy,
-            "attempt": r.attempt,
-            "max_attempts": r.max_attempts,
-            "deadline": r.deadline,
-            "idempotency_key": r.idempotency_key,
-            "side_effect_state": r.side_effect_state,
-            "reconciliation_action": r.reconciliation_action,
-        }
-    })
-}
-
-fn text(d: &Decision<'_>) -> String {
-    let r = &d.retry;
-    let word = |v: &dyn erased::Word| v.word();
-    let mut out = String::new();
-    let _ = writeln!(out, "verdict:      {}", d.verdict.as_str());
-    let _ = writeln!(out, "reason:       {}", d.reason);
-    let _ = writeln!(
-        out,
-        "code:         {}/{} ({}{})",
-        d.catalog,
-        if d.code.is_empty() { "<no envelope>" } else { d.code },
-        if d.known_code { "known" } else { "unknown" },
-        if d.operation_inferred {
-            ", operation inferred"
-        } else {
-            ""
-        }
-    );
-    let _ = writeln!(out, "operation:    {}", word(&d.operation));
-    let _ = writeln!(out, "reached:      {}", word(&d.target_reached));
-    let _ = writeln!(out, "retryable:    {}   safe: {}", r.retryable, r.safe);
-    if r.retryable {
-        let _ = writeln!(
-            out,
-            "wait:         {}–{} ms ({})",
-            r.after_ms,
-            r.max_after_ms,
-            word(&r.strategy)
-        );
-    }
-    let _ = writeln!(out, "attempt:      {} of {}", r.attempt, r.max_attempts);
-    if let Some(dl) = r.deadline {
-        let _ = writeln!(out, "deadline:     {}", dl.to_rfc3339());
-    }
-    let _ = writeln!(out, "side effect:  {}", word(&r.side_effect_state));
-    if let Some(a) = r.reconciliation_action {
-        let _ = writeln!(out, "action:       {a}");
-    }
-    if let Some(k) = r.idempotency_key {
-        let _ = writeln!(out, "resend key:   {k}");
-    }
-    if let Some(t) = d.required_transition {
-        let _ = writeln!(out, "needs:        {t}");
-    }
-    if d.scope == crate::core::Scope::Tenant {
-        let _ = writeln!(out, "scope:        tenant (stop calling this tenant)");
-    }
-    if let Some(t) = d.terminal_state {
-        let _ = writeln!(out, "terminal:     {}", t.as_str());
-    }
-    if let Some(h) = d.hold_plan {
-        // A server with fleet memory would place this hold for every caller.
-        let _ = writeln!(
-            out,
-            "fleet hold:   {} on the {} until {}",
-            h.kind.as_str(),
-            h.scope.as_str(),
-            h.until.to_rfc3339()
-        );
-    }
-    if !d.request_id.is_empty() {
-        let _ = writeln!(out, "request id:   {}", d.request_id);
-    }
-    for w in d.warnings.texts() {
-        let _ = writeln!(out, "warning:      {w}");
-    }
-    let _ = write!(out, "rule:         {} ({})", d.rule, d.policy_version);
-    out
-}
-
-/// Lowercase words of the serde-serialized enums, for the text format.
-mod erased {
-    pub trait Word {
-        fn word(&self) -> String;
-    }
-    impl<T: serde::Serialize> Word for T {
-        fn word(&self) -> String {
-            match serde_json::to_value(self) {
-                Ok(serde_json::Value::String(s)) => s,
-                _ => String::new(),
-            }
-        }
-    }
 }

@@ -12,6 +12,7 @@ pub mod policy;
 pub mod retry_after;
 pub mod time;
 pub mod warnings;
+pub mod words;
 
 pub use engine::{DecideError, Floor, decide, decide_floored, decide_held};
 pub use model::{

@@ -9,8 +9,7 @@ use serde::Serialize;
 use super::time::UnixMillis;
 
 /// Whether the failed operation only read data or changed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Operation {
     /// The caller did not say; retryd infers it from the method's meaning.
     #[default]
@@ -21,9 +20,10 @@ pub enum Operation {
     Write,
 }
 
+crate::words!(Operation { Unspecified => "unspecified", Read => "read", Write => "write" });
+
 /// What the caller learned by reading the state back after a failed write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ReadBack {
     /// No read-back was done.
     #[default]
@@ -36,9 +36,15 @@ pub enum ReadBack {
     Inconclusive,
 }
 
+crate::words!(ReadBack {
+    NotDone => "not_done",
+    EffectPresent => "effect_present",
+    EffectAbsent => "effect_absent",
+    Inconclusive => "inconclusive",
+});
+
 /// The answer: may the caller retry, and on what terms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verdict {
     /// Wait for the stated condition, then retry within the attempt limit.
     RetryWithLimit,
@@ -73,22 +79,18 @@ impl Verdict {
             .into_iter()
             .find(|v| *v != Verdict::AlreadyApplied && v.as_str() == word)
     }
-
-    /// The lowercase word used in catalogs, JSON and metrics labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::RetryWithLimit => "retry_with_limit",
-            Verdict::StateVerificationRequired => "state_verification_required",
-            Verdict::FixBeforeRetry => "fix_before_retry",
-            Verdict::DoNotRetry => "do_not_retry",
-            Verdict::AlreadyApplied => "already_applied",
-        }
-    }
 }
 
+crate::words!(Verdict {
+    RetryWithLimit => "retry_with_limit",
+    StateVerificationRequired => "state_verification_required",
+    FixBeforeRetry => "fix_before_retry",
+    DoNotRetry => "do_not_retry",
+    AlreadyApplied => "already_applied",
+});
+
 /// Did the target call reach the dependency (the matrix's second column)?
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TargetReached {
     /// Stopped before it was sent.
     No,
@@ -98,9 +100,10 @@ pub enum TargetReached {
     Unknown,
 }
 
+crate::words!(TargetReached { No => "no", Yes => "yes", Unknown => "unknown" });
+
 /// Current knowledge of externally visible effects (ASC 0.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SideEffectState {
     /// No side effect occurred.
     None,
@@ -112,9 +115,15 @@ pub enum SideEffectState {
     Unknown,
 }
 
+crate::words!(SideEffectState {
+    None => "none",
+    Possible => "possible",
+    Confirmed => "confirmed",
+    Unknown => "unknown",
+});
+
 /// How the delay in the contract was computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {
     /// No automatic retry, so no delay.
     None,
@@ -131,9 +140,17 @@ pub enum Strategy {
     Budget,
 }
 
+crate::words!(Strategy {
+    None => "none",
+    ExponentialBackoff => "exponential_backoff",
+    RetryAfter => "retry_after",
+    Schedule => "schedule",
+    Hold => "hold",
+    Budget => "budget",
+});
+
 /// Whether a stop applies to this request or to every call of the tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Scope {
     /// Only this request.
     #[default]
@@ -142,26 +159,20 @@ pub enum Scope {
     Tenant,
 }
 
+crate::words!(Scope { Request => "request", Tenant => "tenant" });
+
 /// A final state the caller should record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TerminalState {
     /// The schedule is exhausted; the record waits for a person.
-    #[serde(rename = "FAILED_PERMANENT")]
     FailedPermanent,
 }
 
-impl TerminalState {
-    /// The word written to records and the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TerminalState::FailedPermanent => "FAILED_PERMANENT",
-        }
-    }
-}
+// The seeds' own spelling, written to records and the wire as is.
+crate::words!(TerminalState { FailedPermanent => "FAILED_PERMANENT" });
 
 /// The language of `reason`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Locale {
     /// English (the default).
     #[default]
@@ -169,6 +180,8 @@ pub enum Locale {
     /// Russian.
     Ru,
 }
+
+crate::words!(Locale { En => "en", Ru => "ru" });
 
 impl Locale {
     /// Every supported locale, in index order.
@@ -189,15 +202,7 @@ impl Locale {
 
     /// An exact catalog tag: `en` or `ru`.
     pub fn from_tag(tag: &str) -> Option<Locale> {
-        Locale::ALL.into_iter().find(|l| l.as_str() == tag)
-    }
-
-    /// The tag used in catalogs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Locale::En => "en",
-            Locale::Ru => "ru",
-        }
+        Locale::from_word(tag)
     }
 
     /// Position in per-locale arrays.

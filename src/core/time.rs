@@ -51,6 +51,17 @@ impl UnixMillis {
         u64::try_from(later.0.saturating_sub(self.0)).unwrap_or(0)
     }
 
+    /// The earliest instant a `google.protobuf.Timestamp` can carry.
+    pub const TIMESTAMP_MIN: UnixMillis = UnixMillis(-62_135_596_800_000); // 0001-01-01T00:00:00Z
+    /// The latest instant a `google.protobuf.Timestamp` can carry.
+    pub const TIMESTAMP_MAX: UnixMillis = UnixMillis(253_402_300_799_999); // 9999-12-31T23:59:59.999Z
+
+    /// Clamped to what a `google.protobuf.Timestamp` can carry (0001-01-01
+    /// to 9999-12-31), so protojson tools can always print it.
+    pub fn clamp_to_timestamp_range(self) -> Self {
+        UnixMillis(self.0.clamp(Self::TIMESTAMP_MIN.0, Self::TIMESTAMP_MAX.0))
+    }
+
     /// Parses RFC 3339 (`2026-08-08T12:05:00Z`, offsets allowed).
     pub fn parse_rfc3339(s: &str) -> Option<Self> {
         let t = OffsetDateTime::parse(s, &Rfc3339).ok()?;

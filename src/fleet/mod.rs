@@ -224,12 +224,7 @@ impl Fleet {
     /// The earliest time a retry under `hold` can go ahead: its end, or for an
     /// open circuit its next probe slot.
     pub fn retry_floor(hold: &Hold, now: UnixMillis) -> UnixMillis {
-        if hold.kind == HoldKind::CircuitOpen {
-            let next = hold.probe_slot(now).map_or(1, |n| n + 1);
-            hold.probe_slot_at(next).min(hold.until)
-        } else {
-            hold.until
-        }
+        hold.retry_floor(now)
     }
 
     /// "May I call now?" for `method` of `dependency` for `tenant`.

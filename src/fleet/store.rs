@@ -9,8 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::budget::flush::{FlushReply, ScopeFlush};
 use super::mirror::Mirror;
+use crate::core::budget::Counts;
 use crate::core::hold::Hold;
 use crate::core::time::UnixMillis;
 
@@ -64,4 +64,27 @@ pub enum StoreError {
     /// The address or an option is not usable.
     #[error("invalid state store configuration: {0}")]
     Config(String),
+}
+
+/// One scope's part of a flush.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeFlush {
+    /// 32 hex digits of the SHA-256 of the scope's storage key (the Redis
+    /// hash tag: no tenant in clear, bounded size).
+    pub tag: String,
+    /// The scope's window, ms (keys expire two windows after their last write).
+    pub window_ms: u64,
+    /// The bucket `now` falls in.
+    pub bucket: i64,
+    /// Counts to add, per bucket.
+    pub deltas: Vec<(i64, Counts)>,
+}
+
+/// What the store answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlushReply {
+    /// Replicas alive (heartbeats within the last few seconds), this one included.
+    pub replicas: u64,
+    /// Per scope sent, in order: the fleet's counts per bucket.
+    pub totals: Vec<Vec<(i64, Counts)>>,
 }

@@ -7,27 +7,26 @@ use super::convert::{
 };
 use super::pb;
 use crate::core::Locale;
-use crate::core::Policy;
 use crate::core::catalog::{Catalog, CodeEntry, Rule};
 use crate::core::hold::HoldKind;
+use crate::service::catalogs::CatalogList;
 
-/// Lists every catalog of `policy` with texts in `locale` (a tag such as
-/// `ru-RU`; unknown tags, and catalogs without that language, give English).
-pub fn list_catalogs(policy: &Policy, locale: &str) -> pb::ListCatalogsResponse {
-    let wanted = Locale::parse(locale).unwrap_or_default();
+/// ListCatalogs' answer: every catalog of the listed policy, each in the
+/// locale it has of the one asked for.
+pub fn list_catalogs(list: &CatalogList) -> pb::ListCatalogsResponse {
+    let policy = &list.policy;
     pb::ListCatalogsResponse {
-        catalogs: policy.catalogs().iter().map(|c| catalog_to_proto(c, wanted)).collect(),
+        catalogs: policy
+            .catalogs()
+            .iter()
+            .map(|c| catalog_to_proto(c, list.locale_of(c)))
+            .collect(),
         policy_version: policy.version().to_owned(),
         default_catalog: policy.default_catalog().name.to_string(),
     }
 }
 
-fn catalog_to_proto(c: &Catalog, wanted: Locale) -> pb::Catalog {
-    let locale = if c.locales.contains(&wanted) {
-        wanted
-    } else {
-        Locale::En
-    };
+fn catalog_to_proto(c: &Catalog, locale: Locale) -> pb::Catalog {
     pb::Catalog {
         name: c.name.to_string(),
         description: c.description.to_string(),
@@ -107,12 +106,18 @@ fn rule_to_proto(r: &Rule, locale: Locale) -> pb::CatalogRule {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::core::Policy;
 
     #[test]
     fn lists_every_embedded_catalog_with_its_rules() {
-        let policy = Policy::embedded().expect("embedded policy");
-        let resp = list_catalogs(&policy, "ru-RU");
+        let policy = Arc::new(Policy::embedded().expect("embedded policy"));
+        let resp = list_catalogs(&CatalogList {
+            policy: Arc::clone(&policy),
+            wanted: Locale::Ru,
+        });
         assert_eq!(resp.policy_version, policy.version());
         assert_eq!(resp.default_catalog, "vibecode");
         let names: Vec<&str> = resp.catalogs.iter().map(|c| c.name.as_str()).collect();

@@ -11,12 +11,21 @@
 use prost_types::Timestamp;
 use std::fmt::Write as _;
 
+use prost::Message as _;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt as _};
+
 use super::pb;
+use crate::core::budget::BudgetView;
 use crate::core::hold::{Hold, HoldKind, HoldScope};
 use crate::core::{
     Decision, Failure, Operation, ReadBack, RetryContract, Scope, SideEffectState, Strategy, TargetReached, UnixMillis,
     Verdict,
 };
+use crate::fleet::HoldEventKind;
+use crate::fleet::budget::Judged;
+use crate::service::holds::Shown;
+use crate::service::{Error, ErrorKind, InputNotes, Violation};
 
 /// Borrows a core [`Failure`] from a decoded proto failure; `locale` is the
 /// request's raw locale tag (the core parses it).
@@ -42,6 +51,22 @@ pub fn failure_from_proto<'a>(f: &'a pb::Failure, locale: &'a str) -> Failure<'a
         dependency: &f.dependency,
         quota_resets_at: f.quota_resets_at.as_ref().map(millis_from_timestamp),
         probe_token: &f.probe_token,
+    }
+}
+
+/// What the core cannot see of a proto failure: a `Timestamp` outside
+/// 0001-01-01..9999-12-31 (or with bad nanos) is clamped on the way in and
+/// out, and the decision says so (`timestamp_out_of_range`) rather than
+/// clamp silently.
+pub fn failure_notes(f: &pb::Failure) -> InputNotes {
+    let stamps = [f.deadline.as_ref(), f.quota_resets_at.as_ref()];
+    let upstream = f.upstream.as_ref().and_then(|u| u.deadline.as_ref());
+    InputNotes {
+        timestamp_out_of_range: stamps
+            .into_iter()
+            .chain([upstream])
+            .flatten()
+            .any(|t| !timestamp_in_range(t)),
     }
 }
 
@@ -100,7 +125,7 @@ pub fn decision_into_proto(d: &Decision<'_>, out: &mut pb::Decision) {
     // The fleet layer sets them after the decision, when a hold is in force
     // or a budget counts the scope.
     *hold = None;
-    *budget = d.budget.as_ref().map(super::budgets::view_to_proto);
+    *budget = d.budget.as_ref().map(budget_view_to_proto);
     *verdict = verdict_to_proto(d.verdict) as i32;
     contract_into_proto(&d.retry, retry.get_or_insert_with(Default::default));
     *target_reached = target_reached_to_proto(d.target_reached) as i32;
@@ -194,9 +219,7 @@ pub fn timestamp_in_range(t: &Timestamp) -> bool {
 /// Clamped to the range `google.protobuf.Timestamp` allows (0001-01-01 to
 /// 9999-12-31), so protojson tools can always print the answer.
 pub fn timestamp_from_millis(t: UnixMillis) -> Timestamp {
-    const MIN_MS: i64 = -62_135_596_800_000; // 0001-01-01T00:00:00Z
-    const MAX_MS: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
-    let (seconds, nanos) = UnixMillis(t.0.clamp(MIN_MS, MAX_MS)).to_seconds_nanos();
+    let (seconds, nanos) = t.clamp_to_timestamp_range().to_seconds_nanos();
     Timestamp { seconds, nanos }
 }
 
@@ -335,6 +358,135 @@ pub fn hold_to_proto(h: &Hold, tenant: &str) -> pb::Hold {
         code: h.code.clone(),
         rule: h.rule.clone(),
         reason: h.reason.clone(),
+    }
+}
+
+/// Writes `h` over `out` as [`hold_to_proto`] builds it, reusing the
+/// capacity of `out`'s strings: a batch answer's holds are written into the
+/// holds of an earlier answer's slots (with fleet memory, a hold in force on
+/// an item's scope was 8 strings allocated and freed per item). Every field
+/// is written: the destructuring names them all.
+pub fn hold_into_proto(h: &Hold, tenant: &str, out: &mut pb::Hold) {
+    let pb::Hold {
+        id,
+        catalog,
+        dependency,
+        tenant: tenant_out,
+        method,
+        scope,
+        kind,
+        since,
+        until,
+        code,
+        rule,
+        reason,
+    } = out;
+    overwrite(id, &h.id);
+    overwrite(catalog, &h.key.catalog);
+    overwrite(dependency, &h.key.dependency);
+    overwrite(tenant_out, tenant);
+    overwrite(method, h.key.method());
+    *scope = hold_scope_to_proto(h.key.scope) as i32;
+    *kind = hold_kind_to_proto(h.kind) as i32;
+    *since = Some(timestamp_from_millis(h.since));
+    *until = Some(timestamp_from_millis(h.until));
+    overwrite(code, &h.code);
+    overwrite(rule, &h.rule);
+    overwrite(reason, &h.reason);
+}
+
+/// A hold with the tenant as the caller may see it.
+pub fn shown_to_proto(s: &Shown) -> pb::Hold {
+    hold_to_proto(&s.hold, &s.tenant)
+}
+
+/// What happened to a hold → proto enum.
+pub fn hold_event_to_proto(k: HoldEventKind) -> pb::HoldEventKind {
+    match k {
+        HoldEventKind::Placed => pb::HoldEventKind::Placed,
+        HoldEventKind::Extended => pb::HoldEventKind::Extended,
+        HoldEventKind::Lifted => pb::HoldEventKind::Lifted,
+    }
+}
+
+/// A decision's budget for the wire.
+pub fn budget_view_to_proto(v: &BudgetView) -> pb::RetryBudget {
+    pb::RetryBudget {
+        scope_key: v.scope_key.clone(),
+        requests: v.requests,
+        retries: v.retries,
+        allowed: v.allowed,
+        window_start: Some(timestamp_from_millis(v.window_start)),
+    }
+}
+
+/// Where `j` stands, for ListBudgets.
+pub fn judged_to_proto(j: &Judged) -> pb::RetryBudget {
+    pb::RetryBudget {
+        scope_key: j.shown.clone(),
+        requests: j.standing.requests,
+        retries: j.standing.retries,
+        allowed: j.standing.allowed,
+        window_start: Some(timestamp_from_millis(j.standing.window_start)),
+    }
+}
+
+/// Wire number → [`Verdict`] (unknown numbers: `None`).
+pub fn verdict_from_proto(n: i32) -> Option<Verdict> {
+    match pb::Verdict::try_from(n) {
+        Ok(pb::Verdict::RetryWithLimit) => Some(Verdict::RetryWithLimit),
+        Ok(pb::Verdict::StateVerificationRequired) => Some(Verdict::StateVerificationRequired),
+        Ok(pb::Verdict::FixBeforeRetry) => Some(Verdict::FixBeforeRetry),
+        Ok(pb::Verdict::DoNotRetry) => Some(Verdict::DoNotRetry),
+        Ok(pb::Verdict::AlreadyApplied) => Some(Verdict::AlreadyApplied),
+        Ok(pb::Verdict::Unspecified) | Err(_) => None,
+    }
+}
+
+/// The gRPC code of a refusal.
+pub fn code_of(kind: ErrorKind) -> Code {
+    match kind {
+        ErrorKind::InvalidArgument => Code::InvalidArgument,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::PermissionDenied => Code::PermissionDenied,
+        ErrorKind::FailedPrecondition => Code::FailedPrecondition,
+        ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::Internal => Code::Internal,
+    }
+}
+
+/// A refusal as a status; a field violation carries a `google.rpc.BadRequest`.
+pub fn status_of(e: Error) -> Status {
+    match e.violation {
+        Some(v) => violation_status(v),
+        None => Status::new(code_of(e.kind), e.message),
+    }
+}
+
+/// INVALID_ARGUMENT with a BadRequest detail naming the field, for a whole call.
+pub fn violation_status(v: Violation) -> Status {
+    let message = v.message();
+    Status::with_error_details(
+        Code::InvalidArgument,
+        message,
+        ErrorDetails::with_bad_request_violation(v.field, v.description),
+    )
+}
+
+/// The same as a `google.rpc.Status` message, for one batch item.
+pub fn violation_rpc_status(v: &Violation) -> tonic_types::Status {
+    let bad_request = tonic_types::pb::BadRequest::from(tonic_types::BadRequest::with_violation(
+        v.field.clone(),
+        v.description.clone(),
+    ));
+    tonic_types::Status {
+        code: Code::InvalidArgument as i32,
+        message: v.message(),
+        details: vec![prost_types::Any {
+            type_url: tonic_types::BadRequest::TYPE_URL.to_owned(),
+            value: bad_request.encode_to_vec(),
+        }],
     }
 }
 

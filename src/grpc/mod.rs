@@ -1,19 +1,20 @@
-//! The gRPC adapter: generated `retryd.v1` types, the proto ⇄ domain
-//! conversions and the [`RetryDecisionService`](pb::retry_decision_service_server::RetryDecisionService)
-//! implementation. Thin by design: every decision is the core's.
+//! The gRPC door: generated `retryd.v1` types, the proto ⇄ domain
+//! mappings and the [`RetryDecisionService`](pb::retry_decision_service_server::RetryDecisionService)
+//! implementation. Thin by design: every operation is the service's
+//! ([`crate::service`]); this folder maps wire to domain and back.
+//!
+//! - [`service`]: the RPC methods; [`convert`]: proto ⇄ domain;
+//!   [`catalogs`]: ListCatalogs' messages; [`trace`]: span attributes;
+//! - [`wire`]: the hand-written codec and pools of the hot path (the one
+//!   place that depends on prost's encoding).
 
-pub mod budgets;
 pub mod catalogs;
-pub mod codec;
 pub mod convert;
-pub mod holds;
-pub mod json;
-pub mod pool;
 pub mod service;
-pub mod unary_pool;
+pub mod trace;
+pub mod wire;
 
-pub use holds::Operators;
-pub use service::{PolicyHandle, RetryDecisionApi, ServiceConfig};
+pub use service::RetryDecisionApi;
 
 /// Code generated from `proto/retryd/v1/retryd.proto` (messages, client, server).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -25,11 +25,13 @@ use http_body_util::BodyExt as _;
 use tonic::Code;
 
 use super::error::ApiError;
+use super::routes::Door;
 use super::routes::{self, Call, methods_of, route_of};
-use crate::grpc::RetryDecisionApi;
-use crate::server::answer::{Answer, Stalls};
-use crate::server::ledger::{Ledger, Refusal, Ticket};
-use crate::server::overload::SHED_TOTAL;
+use crate::doors::answer::{Answer, Stalls};
+use crate::doors::ledger::{Ledger, Refusal, Ticket};
+use crate::doors::overload::SHED_TOTAL;
+use crate::doors::peers::{Operators, remote_addr};
+use crate::service::Service;
 
 /// Counter of HTTP requests, by route template and HTTP status.
 pub const REQUESTS_TOTAL: &str = "http_server_requests_total";
@@ -55,7 +57,7 @@ pub struct HttpDoor {
 }
 
 struct Inner {
-    api: RetryDecisionApi,
+    door: Door,
     health: Arc<tonic_health::server::HealthService>,
     config: HttpConfig,
     ledger: Arc<Ledger>,
@@ -71,11 +73,13 @@ impl std::fmt::Debug for HttpDoor {
 }
 
 impl HttpDoor {
-    /// A door onto `api`, reporting `health`'s status at `/healthz` and
+    /// A door onto `service` (`operators` may release holds and see
+    /// tenants in clear), reporting `health`'s status at `/healthz` and
     /// `/readyz`, admitting requests against `ledger` (the gRPC calls' own),
     /// its answers watched by `stalls`.
     pub fn new(
-        api: RetryDecisionApi,
+        service: Service,
+        operators: Arc<Operators>,
         health: tonic_health::server::HealthReporter,
         config: HttpConfig,
         ledger: Arc<Ledger>,
@@ -89,7 +93,7 @@ impl HttpDoor {
         );
         HttpDoor {
             inner: Arc::new(Inner {
-                api,
+                door: Door { service, operators },
                 health: Arc::new(tonic_health::server::HealthService::from_health_reporter(health)),
                 config,
                 ledger,
@@ -166,7 +170,7 @@ impl Inner {
             // Probes are never shed: an overloaded server is busy, not unhealthy.
             return routes::health(&self.health).await;
         }
-        let mut ticket = self.ledger.ticket(crate::grpc::holds::remote_addr(req.extensions()));
+        let mut ticket = self.ledger.ticket(remote_addr(req.extensions()));
         let response = match self.dispatch(route, req, &mut ticket).await {
             Ok(r) => r,
             Err(e) => return e.into_response(),
@@ -243,18 +247,18 @@ impl Inner {
             query,
             body,
         };
-        let api = &self.api;
+        let door = &self.door;
         match route {
-            "/v1/classify" => routes::classify(api, &call),
-            "/v1/classify:batch" => routes::classify_batch(api, &call).await,
-            "/v1/admit" => routes::admit(api, &call).await,
-            "/v1/holds" => routes::list_holds(api, &call),
+            "/v1/classify" => routes::classify(door, &call),
+            "/v1/classify:batch" => routes::classify_batch(door, &call).await,
+            "/v1/admit" => routes::admit(door, &call).await,
+            "/v1/holds" => routes::list_holds(door, &call),
             "/v1/holds/{id}" => {
                 let raw = parts.uri.path().trim_start_matches("/v1/holds/");
                 let id = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
-                routes::release_hold(api, &call, &id)
+                routes::release_hold(door, &call, &id)
             }
-            "/v1/catalogs" => routes::list_catalogs(api, &call),
+            "/v1/catalogs" => routes::list_catalogs(door, &call),
             "/v1/openapi.json" => Ok(super::openapi::response()),
             _ => Err(ApiError::no_route(parts.uri.path())),
         }
@@ -295,7 +299,8 @@ impl Inner {
 /// 429 for a request the ledger has no room for (counted as shed).
 fn shed(refusal: Refusal) -> ApiError {
     metrics::counter!(SHED_TOTAL).increment(1);
-    ApiError::from_status(&refusal.status())
+    let status = refusal.status();
+    ApiError::new(status.code(), status.message())
 }
 
 /// 415 unless the request says its body is `application/json`.
@@ -320,22 +325,23 @@ mod tests {
 
     use super::*;
     use crate::core::Policy;
-    use crate::grpc::ServiceConfig;
+    use crate::service::ServiceConfig;
 
     async fn door(status: ServingStatus) -> HttpDoor {
         let policy = Arc::new(ArcSwap::from_pointee(Policy::embedded().expect("embedded policy")));
-        let api = RetryDecisionApi::new(policy, ServiceConfig::default());
+        let service = Service::new(policy, ServiceConfig::default());
         let (reporter, _health) = tonic_health::server::health_reporter();
         reporter.set_service_status("", status).await;
         HttpDoor::new(
-            api,
+            service,
+            Arc::default(),
             reporter,
             HttpConfig {
                 max_message_bytes: 1024,
                 first_message_timeout: Duration::from_secs(5),
                 cors_origins: Vec::new(),
             },
-            Ledger::new(crate::server::ledger::Limits::default()),
+            Ledger::new(crate::doors::ledger::Limits::default()),
             Stalls::new(),
         )
     }

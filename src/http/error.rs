@@ -7,9 +7,8 @@ use axum::body::Body;
 use http::{HeaderValue, StatusCode};
 use serde_json::{Value, json};
 use tonic::Code;
-use tonic_types::StatusExt as _;
 
-use crate::grpc::service::Violation;
+use crate::service::{Error, ErrorKind, Violation};
 
 /// The `@type` of a BadRequest detail.
 pub const BAD_REQUEST_TYPE: &str = "type.googleapis.com/google.rpc.BadRequest";
@@ -57,19 +56,24 @@ impl ApiError {
         }
     }
 
-    /// The HTTP form of a gRPC status (its BadRequest detail kept).
-    pub fn from_status(s: &tonic::Status) -> Self {
-        let mut e = ApiError::new(s.code(), s.message());
-        if let Some(br) = s.get_details_bad_request() {
-            e.violations = br
-                .field_violations
-                .into_iter()
-                .map(|v| (v.field, v.description))
-                .collect();
+    /// A refused service operation: its kind's code and status, and the
+    /// field at fault.
+    pub fn from_error(e: &Error) -> Self {
+        let code = match e.kind {
+            ErrorKind::InvalidArgument => Code::InvalidArgument,
+            ErrorKind::NotFound => Code::NotFound,
+            ErrorKind::PermissionDenied => Code::PermissionDenied,
+            ErrorKind::FailedPrecondition => Code::FailedPrecondition,
+            ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+            ErrorKind::Unavailable => Code::Unavailable,
+            ErrorKind::Internal => Code::Internal,
+        };
+        let mut out = ApiError::new(code, e.message.clone());
+        if let Some(v) = &e.violation {
+            out.violations.push((v.field.clone(), v.description.clone()));
         }
-        e
+        out
     }
-
     /// INVALID_ARGUMENT (400) naming `field`.
     pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
         let (field, description) = (field.into(), description.into());

@@ -1,14 +1,16 @@
-//! JSON request bodies of the HTTP door, read into the proto requests the
-//! gRPC service takes, so both doors decide through the same code.
+//! JSON request bodies of the HTTP door, read straight into the domain
+//! types the service takes (a core [`Failure`] borrows from the parsed body).
 //!
-//! Field names are the proto's, snake_case; a missing field or `null` is the
-//! proto default. Enum values are accepted as the seeds' words
-//! (`"operation": "write"`, `"read_back": "absent"`), as the proto names
-//! (`"OPERATION_KIND_WRITE"`) or as numbers; integers as numbers or decimal
-//! strings (proto3 JSON writes 64-bit integers as strings); times as RFC 3339
-//! strings. Unknown fields are refused, so a misspelt field is not silently
-//! ignored. Every error names its field (`failure.operation`) and where in
-//! the body it is (line and column).
+//! What the proto3 JSON mapping requires a parser to accept is accepted:
+//! field names as the proto's (snake_case) or in lowerCamelCase
+//! (`retryAfter`, as grpcurl prints them); a missing field or `null` is the
+//! default; enum values as the core's words (`"operation": "write"`,
+//! `"read_back": "effect_absent"`, and the seeds' `"absent"`), as the proto
+//! names (`"OPERATION_KIND_WRITE"`) or as numbers; integers as numbers or
+//! decimal strings (proto3 JSON writes 64-bit integers as strings); times as
+//! RFC 3339 strings. Unknown fields are refused, so a misspelt field is not
+//! silently ignored. Every error names its field (`failure.operation`) and
+//! where in the body it is (line and column).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -17,9 +19,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
 use super::error::ApiError;
-use crate::core::UnixMillis;
-use crate::grpc::convert::timestamp_from_millis;
-use crate::grpc::pb;
+use crate::core::{Failure, Operation, ReadBack, RetryContract, SideEffectState, Strategy, UnixMillis};
+use crate::service::InputNotes;
+use crate::service::holds::AdmitAsk;
 
 /// Parses `body` as JSON into `T`, or a 400 naming the field and position.
 pub fn parse<'de, T: Deserialize<'de>>(body: &'de [u8]) -> Result<T, ApiError> {
@@ -59,12 +61,15 @@ pub struct ClassifyJson {
     locale: Option<String>,
 }
 
-impl From<ClassifyJson> for pb::ClassifyRequest {
-    fn from(j: ClassifyJson) -> Self {
-        pb::ClassifyRequest {
-            failure: j.failure.map(pb::Failure::from),
-            locale: j.locale.unwrap_or_default(),
-        }
+impl ClassifyJson {
+    /// The request's locale (empty: English).
+    pub fn locale(&self) -> &str {
+        self.locale.as_deref().unwrap_or_default()
+    }
+
+    /// The failure, if the body has one, borrowed.
+    pub fn failure(&self) -> Option<(Failure<'_>, InputNotes)> {
+        self.failure.as_ref().map(|f| f.as_failure(self.locale()))
     }
 }
 
@@ -78,17 +83,15 @@ pub struct BatchJson {
     locale: Option<String>,
 }
 
-impl From<BatchJson> for pb::ClassifyBatchRequest {
-    fn from(j: BatchJson) -> Self {
-        pb::ClassifyBatchRequest {
-            failures: j
-                .failures
-                .unwrap_or_default()
-                .into_iter()
-                .map(pb::Failure::from)
-                .collect(),
-            locale: j.locale.unwrap_or_default(),
-        }
+impl BatchJson {
+    /// The request's locale (empty: English).
+    pub fn locale(&self) -> &str {
+        self.locale.as_deref().unwrap_or_default()
+    }
+
+    /// The failures, in order.
+    pub fn failures(&self) -> &[FailureJson] {
+        self.failures.as_deref().unwrap_or_default()
     }
 }
 
@@ -104,21 +107,24 @@ pub struct AdmitJson {
     tenant: Option<String>,
     #[serde(default)]
     method: Option<String>,
+    /// Read or write: accepted (and checked) for symmetry with Admit's
+    /// proto; admission does not depend on it.
     #[serde(default)]
-    operation: Option<Enum<OperationWords>>,
+    #[allow(dead_code)]
+    operation: Option<Enum<Operation>>,
     #[serde(default)]
     attempt: Option<Int<u32>>,
 }
 
-impl From<AdmitJson> for pb::AdmitRequest {
-    fn from(j: AdmitJson) -> Self {
-        pb::AdmitRequest {
-            catalog: j.catalog.unwrap_or_default(),
-            dependency: j.dependency.unwrap_or_default(),
-            tenant: j.tenant.unwrap_or_default(),
-            method: j.method.unwrap_or_default(),
-            operation: j.operation.map_or(0, |e| e.0),
-            attempt: j.attempt.map_or(0, |n| n.0),
+impl AdmitJson {
+    /// What Admit is asked, borrowed.
+    pub fn ask(&self) -> AdmitAsk<'_> {
+        AdmitAsk {
+            catalog: self.catalog.as_deref().unwrap_or_default(),
+            dependency: self.dependency.as_deref().unwrap_or_default(),
+            tenant: self.tenant.as_deref().unwrap_or_default(),
+            method: self.method.as_deref().unwrap_or_default(),
+            attempt: self.attempt.as_ref().map_or(0, |n| n.0),
         }
     }
 }
@@ -132,28 +138,28 @@ pub struct FailureJson {
     #[serde(default)]
     code: Option<String>,
     #[serde(default)]
-    operation: Option<Enum<OperationWords>>,
+    operation: Option<Enum<Operation>>,
     #[serde(default)]
     method: Option<String>,
     #[serde(default)]
     attempt: Option<Int<u32>>,
-    #[serde(default)]
+    #[serde(default, alias = "maxAttempts")]
     max_attempts: Option<Int<u32>>,
-    #[serde(default)]
+    #[serde(default, alias = "retryAfter")]
     retry_after: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "retryAfterMs")]
     retry_after_ms: Option<Int<u64>>,
     #[serde(default)]
     deadline: Option<Time>,
-    #[serde(default)]
+    #[serde(default, alias = "idempotencyKey")]
     idempotency_key: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "idempotencyKeyEnforced")]
     idempotency_key_enforced: Option<bool>,
-    #[serde(default)]
-    read_back: Option<Enum<ReadBackWords>>,
-    #[serde(default)]
+    #[serde(default, alias = "readBack")]
+    read_back: Option<Enum<ReadBack>>,
+    #[serde(default, alias = "cannotVerifyEffect")]
     cannot_verify_effect: Option<bool>,
-    #[serde(default)]
+    #[serde(default, alias = "requestId")]
     request_id: Option<String>,
     #[serde(default)]
     tenant: Option<String>,
@@ -161,35 +167,44 @@ pub struct FailureJson {
     upstream: Option<ContractJson>,
     #[serde(default)]
     dependency: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "quotaResetsAt")]
     quota_resets_at: Option<Time>,
-    #[serde(default)]
+    #[serde(default, alias = "probeToken")]
     probe_token: Option<String>,
 }
 
-impl From<FailureJson> for pb::Failure {
-    fn from(j: FailureJson) -> Self {
-        pb::Failure {
-            catalog: j.catalog.unwrap_or_default(),
-            code: j.code.unwrap_or_default(),
-            operation: j.operation.map_or(0, |e| e.0),
-            method: j.method.unwrap_or_default(),
-            attempt: j.attempt.map_or(0, |n| n.0),
-            max_attempts: j.max_attempts.map_or(0, |n| n.0),
-            retry_after: j.retry_after.unwrap_or_default(),
-            retry_after_ms: j.retry_after_ms.map(|n| n.0),
-            deadline: j.deadline.map(|t| timestamp_from_millis(t.0)),
-            idempotency_key: j.idempotency_key.unwrap_or_default(),
-            idempotency_key_enforced: j.idempotency_key_enforced.unwrap_or_default(),
-            read_back: j.read_back.map_or(0, |e| e.0),
-            cannot_verify_effect: j.cannot_verify_effect.unwrap_or_default(),
-            request_id: j.request_id.unwrap_or_default(),
-            tenant: j.tenant.unwrap_or_default(),
-            upstream: j.upstream.map(pb::RetryContract::from),
-            dependency: j.dependency.unwrap_or_default(),
-            quota_resets_at: j.quota_resets_at.map(|t| timestamp_from_millis(t.0)),
-            probe_token: j.probe_token.unwrap_or_default(),
-        }
+fn text(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or_default()
+}
+
+impl FailureJson {
+    /// The failure (borrowing from `self`), in the request's `locale`.
+    pub fn as_failure<'a>(&'a self, locale: &'a str) -> (Failure<'a>, InputNotes) {
+        let failure = Failure {
+            catalog: text(&self.catalog),
+            code: text(&self.code),
+            operation: self.operation.as_ref().map_or_else(Operation::default, |e| e.0),
+            method: text(&self.method),
+            attempt: self.attempt.as_ref().map_or(0, |n| n.0),
+            max_attempts: self.max_attempts.as_ref().map_or(0, |n| n.0),
+            retry_after: text(&self.retry_after),
+            retry_after_ms: self.retry_after_ms.as_ref().map(|n| n.0),
+            deadline: self.deadline.as_ref().map(|t| t.0),
+            idempotency_key: text(&self.idempotency_key),
+            idempotency_key_enforced: self.idempotency_key_enforced.unwrap_or_default(),
+            read_back: self.read_back.as_ref().map_or_else(ReadBack::default, |e| e.0),
+            cannot_verify_effect: self.cannot_verify_effect.unwrap_or_default(),
+            request_id: text(&self.request_id),
+            tenant: text(&self.tenant),
+            upstream: self.upstream.as_ref().map(ContractJson::as_contract),
+            locale,
+            dependency: text(&self.dependency),
+            quota_resets_at: self.quota_resets_at.as_ref().map(|t| t.0),
+            probe_token: text(&self.probe_token),
+        };
+        // RFC 3339 times are within what the wire carries, so nothing is
+        // clamped here (see `Time`).
+        (failure, InputNotes::default())
     }
 }
 
@@ -201,154 +216,136 @@ pub struct ContractJson {
     retryable: Option<bool>,
     #[serde(default)]
     safe: Option<bool>,
-    #[serde(default)]
+    #[serde(default, alias = "afterMs")]
     after_ms: Option<Int<u64>>,
-    #[serde(default)]
+    #[serde(default, alias = "maxAfterMs")]
     max_after_ms: Option<Int<u64>>,
     #[serde(default)]
-    strategy: Option<Enum<StrategyWords>>,
+    strategy: Option<Enum<Strategy>>,
     #[serde(default)]
     attempt: Option<Int<u32>>,
-    #[serde(default)]
+    #[serde(default, alias = "maxAttempts")]
     max_attempts: Option<Int<u32>>,
     #[serde(default)]
     deadline: Option<Time>,
-    #[serde(default)]
+    #[serde(default, alias = "idempotencyKey")]
     idempotency_key: Option<String>,
-    #[serde(default)]
-    side_effect_state: Option<Enum<SideEffectWords>>,
-    #[serde(default)]
+    #[serde(default, alias = "sideEffectState")]
+    side_effect_state: Option<Enum<SideEffectState>>,
+    #[serde(default, alias = "reconciliationAction")]
     reconciliation_action: Option<String>,
 }
 
-impl From<ContractJson> for pb::RetryContract {
-    fn from(j: ContractJson) -> Self {
-        pb::RetryContract {
-            retryable: j.retryable.unwrap_or_default(),
-            safe: j.safe.unwrap_or_default(),
-            after_ms: j.after_ms.map_or(0, |n| n.0),
-            max_after_ms: j.max_after_ms.map_or(0, |n| n.0),
-            strategy: j.strategy.map_or(0, |e| e.0),
-            attempt: j.attempt.map_or(0, |n| n.0),
-            max_attempts: j.max_attempts.map_or(0, |n| n.0),
-            deadline: j.deadline.map(|t| timestamp_from_millis(t.0)),
-            idempotency_key: j.idempotency_key,
-            side_effect_state: j.side_effect_state.map_or(0, |e| e.0),
-            reconciliation_action: j.reconciliation_action,
+impl ContractJson {
+    /// The contract, borrowing from `self`. A strategy or side-effect state
+    /// not given is "none", as the proto documents for its unspecified value.
+    fn as_contract(&self) -> RetryContract<'_> {
+        RetryContract {
+            retryable: self.retryable.unwrap_or_default(),
+            safe: self.safe.unwrap_or_default(),
+            after_ms: self.after_ms.as_ref().map_or(0, |n| n.0),
+            max_after_ms: self.max_after_ms.as_ref().map_or(0, |n| n.0),
+            strategy: self.strategy.as_ref().map_or(Strategy::None, |e| e.0),
+            attempt: self.attempt.as_ref().map_or(0, |n| n.0),
+            max_attempts: self.max_attempts.as_ref().map_or(0, |n| n.0),
+            deadline: self.deadline.as_ref().map(|t| t.0),
+            idempotency_key: self.idempotency_key.as_deref(),
+            side_effect_state: self.side_effect_state.as_ref().map_or(SideEffectState::None, |e| e.0),
+            reconciliation_action: self.reconciliation_action.as_deref(),
         }
     }
 }
 
-/// The accepted spellings of one proto enum: `(word, number)` pairs, the
-/// seeds' words and the proto names alike.
-pub trait Words {
-    /// Every accepted spelling and the number it means.
-    const WORDS: &'static [(&'static str, i32)];
+/// The accepted spellings of one enum beyond the core's words
+/// (`T::WORDS`): the seeds' other words, and the proto's names and numbers
+/// (proto3 JSON accepts either).
+pub trait Words: Copy + Sized + 'static {
+    /// The core's words ([`crate::words!`]).
+    const CORE: &'static [(Self, &'static str)];
+    /// Other words for a value.
+    const ALIASES: &'static [(&'static str, Self)] = &[];
+    /// The proto enum's value names and numbers.
+    const PROTO: &'static [(&'static str, i32, Self)];
 }
 
-/// `OperationKind`.
-#[derive(Debug)]
-pub struct OperationWords;
-impl Words for OperationWords {
-    const WORDS: &'static [(&'static str, i32)] = &[
-        ("read", 1),
-        ("write", 2),
-        ("unspecified", 0),
-        ("OPERATION_KIND_UNSPECIFIED", 0),
-        ("OPERATION_KIND_READ", 1),
-        ("OPERATION_KIND_WRITE", 2),
+impl Words for Operation {
+    const CORE: &'static [(Self, &'static str)] = Operation::WORDS;
+    const PROTO: &'static [(&'static str, i32, Self)] = &[
+        ("OPERATION_KIND_UNSPECIFIED", 0, Operation::Unspecified),
+        ("OPERATION_KIND_READ", 1, Operation::Read),
+        ("OPERATION_KIND_WRITE", 2, Operation::Write),
     ];
 }
 
-/// `ReadBack`: the seeds' `present`/`absent`/`inconclusive`, the CLI's and
-/// the core's words, and the proto names.
-#[derive(Debug)]
-pub struct ReadBackWords;
-impl Words for ReadBackWords {
-    const WORDS: &'static [(&'static str, i32)] = &[
-        ("present", 1),
-        ("absent", 2),
-        ("inconclusive", 3),
-        ("not_done", 0),
-        ("effect_present", 1),
-        ("effect_absent", 2),
-        ("unspecified", 0),
-        ("READ_BACK_UNSPECIFIED", 0),
-        ("READ_BACK_EFFECT_PRESENT", 1),
-        ("READ_BACK_EFFECT_ABSENT", 2),
-        ("READ_BACK_INCONCLUSIVE", 3),
+/// The seeds' `present`/`absent` are read-back words too.
+impl Words for ReadBack {
+    const CORE: &'static [(Self, &'static str)] = ReadBack::WORDS;
+    const ALIASES: &'static [(&'static str, Self)] = &[
+        ("present", ReadBack::EffectPresent),
+        ("absent", ReadBack::EffectAbsent),
+        ("unspecified", ReadBack::NotDone),
+    ];
+    const PROTO: &'static [(&'static str, i32, Self)] = &[
+        ("READ_BACK_UNSPECIFIED", 0, ReadBack::NotDone),
+        ("READ_BACK_EFFECT_PRESENT", 1, ReadBack::EffectPresent),
+        ("READ_BACK_EFFECT_ABSENT", 2, ReadBack::EffectAbsent),
+        ("READ_BACK_INCONCLUSIVE", 3, ReadBack::Inconclusive),
     ];
 }
 
-/// `Strategy` (of an upstream contract).
-#[derive(Debug)]
-pub struct StrategyWords;
-impl Words for StrategyWords {
-    const WORDS: &'static [(&'static str, i32)] = &[
-        ("none", 1),
-        ("exponential_backoff", 2),
-        ("retry_after", 3),
-        ("schedule", 4),
-        ("hold", 5),
-        ("budget", 6),
-        ("STRATEGY_UNSPECIFIED", 0),
-        ("STRATEGY_NONE", 1),
-        ("STRATEGY_EXPONENTIAL_BACKOFF", 2),
-        ("STRATEGY_RETRY_AFTER", 3),
-        ("STRATEGY_SCHEDULE", 4),
-        ("STRATEGY_HOLD", 5),
-        ("STRATEGY_BUDGET", 6),
+impl Words for Strategy {
+    const CORE: &'static [(Self, &'static str)] = Strategy::WORDS;
+    const PROTO: &'static [(&'static str, i32, Self)] = &[
+        ("STRATEGY_UNSPECIFIED", 0, Strategy::None),
+        ("STRATEGY_NONE", 1, Strategy::None),
+        ("STRATEGY_EXPONENTIAL_BACKOFF", 2, Strategy::ExponentialBackoff),
+        ("STRATEGY_RETRY_AFTER", 3, Strategy::RetryAfter),
+        ("STRATEGY_SCHEDULE", 4, Strategy::Schedule),
+        ("STRATEGY_HOLD", 5, Strategy::Hold),
+        ("STRATEGY_BUDGET", 6, Strategy::Budget),
     ];
 }
 
-/// `SideEffectState` (of an upstream contract).
-#[derive(Debug)]
-pub struct SideEffectWords;
-impl Words for SideEffectWords {
-    const WORDS: &'static [(&'static str, i32)] = &[
-        ("none", 1),
-        ("possible", 2),
-        ("confirmed", 3),
-        ("unknown", 4),
-        ("SIDE_EFFECT_STATE_UNSPECIFIED", 0),
-        ("SIDE_EFFECT_STATE_NONE", 1),
-        ("SIDE_EFFECT_STATE_POSSIBLE", 2),
-        ("SIDE_EFFECT_STATE_CONFIRMED", 3),
-        ("SIDE_EFFECT_STATE_UNKNOWN", 4),
+impl Words for SideEffectState {
+    const CORE: &'static [(Self, &'static str)] = SideEffectState::WORDS;
+    const PROTO: &'static [(&'static str, i32, Self)] = &[
+        ("SIDE_EFFECT_STATE_UNSPECIFIED", 0, SideEffectState::None),
+        ("SIDE_EFFECT_STATE_NONE", 1, SideEffectState::None),
+        ("SIDE_EFFECT_STATE_POSSIBLE", 2, SideEffectState::Possible),
+        ("SIDE_EFFECT_STATE_CONFIRMED", 3, SideEffectState::Confirmed),
+        ("SIDE_EFFECT_STATE_UNKNOWN", 4, SideEffectState::Unknown),
     ];
 }
 
 /// An enum value given as a word or a number.
-pub struct Enum<W>(pub i32, PhantomData<W>);
+#[derive(Debug)]
+pub struct Enum<T>(pub T);
 
-impl<W> fmt::Debug for Enum<W> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl<'de, W: Words> Deserialize<'de> for Enum<W> {
+impl<'de, T: Words> Deserialize<'de> for Enum<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<W>(PhantomData<W>);
-        impl<W: Words> Visitor<'_> for V<W> {
-            type Value = Enum<W>;
+        struct V<T>(PhantomData<T>);
+        impl<T: Words> Visitor<'_> for V<T> {
+            type Value = Enum<T>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("one of ")?;
-                f.write_str(&words::<W>())
+                f.write_str(&words::<T>())
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-                W::WORDS
+                T::CORE
                     .iter()
-                    .find(|(w, _)| *w == s)
-                    .map(|(_, n)| Enum(*n, PhantomData))
-                    .ok_or_else(|| E::custom(format!("unknown value {s:?}; expected one of {}", words::<W>())))
+                    .find(|(_, w)| *w == s)
+                    .map(|(v, _)| *v)
+                    .or_else(|| T::ALIASES.iter().find(|(w, _)| *w == s).map(|(_, v)| *v))
+                    .or_else(|| T::PROTO.iter().find(|(w, _, _)| *w == s).map(|(_, _, v)| *v))
+                    .map(Enum)
+                    .ok_or_else(|| E::custom(format!("unknown value {s:?}; expected one of {}", words::<T>())))
             }
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
-                i32::try_from(n)
-                    .ok()
-                    .filter(|n| W::WORDS.iter().any(|(_, m)| m == n))
-                    .map(|n| Enum(n, PhantomData))
-                    .ok_or_else(|| E::custom(format!("unknown value {n}; expected one of {}", words::<W>())))
+                T::PROTO
+                    .iter()
+                    .find(|(_, m, _)| i64::from(*m) == n)
+                    .map(|(_, _, v)| Enum(*v))
+                    .ok_or_else(|| E::custom(format!("unknown value {n}; expected one of {}", words::<T>())))
             }
             fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
                 self.visit_i64(i64::try_from(n).unwrap_or(i64::MAX))
@@ -358,8 +355,11 @@ impl<'de, W: Words> Deserialize<'de> for Enum<W> {
     }
 }
 
-fn words<W: Words>() -> String {
-    W::WORDS.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", ")
+fn words<T: Words>() -> String {
+    let core = T::CORE.iter().map(|(_, w)| *w);
+    let aliases = T::ALIASES.iter().map(|(w, _)| *w);
+    let proto = T::PROTO.iter().map(|(w, _, _)| *w);
+    core.chain(aliases).chain(proto).collect::<Vec<_>>().join(", ")
 }
 
 /// An unsigned integer given as a number or a decimal string.
@@ -407,7 +407,8 @@ fn max<T: TryFrom<u64>>() -> u64 {
     }
 }
 
-/// A time as an RFC 3339 string (proto3 JSON's Timestamp).
+/// A time as an RFC 3339 string (proto3 JSON's Timestamp), clamped to what
+/// a Timestamp can carry, as the gRPC door reads it.
 #[derive(Debug)]
 pub struct Time(pub UnixMillis);
 
@@ -415,7 +416,7 @@ impl<'de> Deserialize<'de> for Time {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
         UnixMillis::parse_rfc3339(&s)
-            .map(Time)
+            .map(|t| Time(t.clamp_to_timestamp_range()))
             .ok_or_else(|| de::Error::custom(format!("{s:?} is not an RFC 3339 time such as 2026-08-08T12:05:00Z")))
     }
 }
@@ -425,15 +426,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seed_words_and_proto_names() {
+    fn core_words_seed_words_and_proto_names() {
         let a: ClassifyJson =
             parse(br#"{"failure": {"operation": "write", "read_back": "absent", "attempt": "2"}}"#).expect("parsed");
-        let f = pb::ClassifyRequest::from(a).failure.expect("failure");
-        assert_eq!((f.operation, f.read_back, f.attempt), (2, 2, 2));
+        let (f, _) = a.failure().expect("failure");
+        assert_eq!(
+            (f.operation, f.read_back, f.attempt),
+            (Operation::Write, ReadBack::EffectAbsent, 2)
+        );
         let b: ClassifyJson =
             parse(br#"{"failure": {"operation": "OPERATION_KIND_READ", "read_back": 3}}"#).expect("parsed");
-        let f = pb::ClassifyRequest::from(b).failure.expect("failure");
-        assert_eq!((f.operation, f.read_back), (1, 3));
+        let (f, _) = b.failure().expect("failure");
+        assert_eq!((f.operation, f.read_back), (Operation::Read, ReadBack::Inconclusive));
+        let c: ClassifyJson = parse(br#"{"failure": {"read_back": "effect_present"}}"#).expect("parsed");
+        assert_eq!(c.failure().expect("failure").0.read_back, ReadBack::EffectPresent);
+    }
+
+    /// What grpcurl prints (proto3 JSON: lowerCamelCase, 64-bit integers as
+    /// strings, enums by name, `null` as the default) is read as the
+    /// snake_case form is.
+    #[test]
+    fn proto3_json_names_are_accepted() {
+        let camel: ClassifyJson = parse(
+            br#"{"failure": {"catalog": "vibecode", "code": "QUEUE_OVERFLOW", "operation": "OPERATION_KIND_WRITE",
+                "maxAttempts": 4, "retryAfter": "5", "retryAfterMs": "5000", "idempotencyKey": "k",
+                "idempotencyKeyEnforced": true, "readBack": "READ_BACK_EFFECT_ABSENT", "cannotVerifyEffect": false,
+                "requestId": "r", "quotaResetsAt": "2026-12-02T00:00:00Z", "probeToken": null,
+                "upstream": {"afterMs": "100", "maxAfterMs": 200, "maxAttempts": 3, "sideEffectState": "SIDE_EFFECT_STATE_POSSIBLE",
+                             "reconciliationAction": "check", "idempotencyKey": "u", "strategy": 3}},
+              "locale": null}"#,
+        )
+        .expect("parsed");
+        let snake: ClassifyJson = parse(
+            br#"{"failure": {"catalog": "vibecode", "code": "QUEUE_OVERFLOW", "operation": "write",
+                "max_attempts": 4, "retry_after": "5", "retry_after_ms": 5000, "idempotency_key": "k",
+                "idempotency_key_enforced": true, "read_back": "effect_absent", "cannot_verify_effect": false,
+                "request_id": "r", "quota_resets_at": "2026-12-02T00:00:00Z",
+                "upstream": {"after_ms": 100, "max_after_ms": 200, "max_attempts": 3, "side_effect_state": "possible",
+                             "reconciliation_action": "check", "idempotency_key": "u", "strategy": "retry_after"}}}"#,
+        )
+        .expect("parsed");
+        let (a, b) = (camel.failure().expect("failure"), snake.failure().expect("failure"));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert_eq!(a.0.upstream.map(|u| u.strategy), Some(Strategy::RetryAfter));
+        assert_eq!(a.0.retry_after_ms, Some(5000));
     }
 
     #[test]

@@ -3,12 +3,12 @@
 //! and routed by path — `/v1/*`, `/healthz` and `/readyz` come here,
 //! everything else is gRPC (see [`is_http_path`]).
 //!
-//! Every route calls the same functions as its gRPC method
-//! ([`RetryDecisionApi::decide_one`], [`RetryDecisionApi::decide_batch`],
-//! [`crate::grpc::holds`]), and a decision is written in the one JSON form
-//! `retryd classify --format json` prints ([`crate::grpc::json`]).
+//! Every route calls the same service operation as its gRPC method
+//! ([`crate::service`]); neither door imports the other. A decision is
+//! written in the one JSON form `retryd classify --format json` prints
+//! ([`crate::doors::json`]).
 //!
-//! - [`routes`]: the handlers; [`input`]: JSON bodies into proto requests;
+//! - [`routes`]: the handlers; [`input`]: JSON bodies into domain types;
 //! - [`error`]: gRPC codes as HTTP statuses, `google.rpc.Status` bodies;
 //! - [`door`]: the service in front of them: limits, shedding, metrics,
 //!   CORS, panics;

@@ -1,5 +1,5 @@
-//! The routes: each reads its request, calls the function its gRPC method
-//! calls, and writes the answer as JSON.
+//! The routes: each reads its request into domain types, calls the
+//! service operation its gRPC method calls, and writes the answer as JSON.
 
 use std::sync::Arc;
 
@@ -10,14 +10,34 @@ use serde_json::json;
 use super::error::ApiError;
 use super::input;
 use super::{bytes_response, json_response};
-use crate::cli::classify::{Format, render};
-use crate::core::UnixMillis;
-use crate::grpc::RetryDecisionApi;
-use crate::grpc::convert::{hold_to_proto, millis_from_timestamp};
-use crate::grpc::holds;
-use crate::grpc::json::{DecisionJson, HoldJson};
-use crate::grpc::pb;
-use crate::grpc::service::BLOCKING_BATCH;
+use crate::core::{UnixMillis, Verdict};
+use crate::doors::json::{DecisionJson, HoldJson};
+use crate::doors::peers::{Operators, caller_of_parts};
+use crate::doors::render::{Format, render};
+use crate::service::classify::BLOCKING_BATCH;
+use crate::service::holds::HoldFilter;
+use crate::service::{Caller, Service};
+
+/// What the routes serve from: the service, and who counts as an operator.
+#[derive(Debug, Clone)]
+pub struct Door {
+    /// retryd's operations.
+    pub service: Service,
+    /// Who may release holds and see tenants in clear.
+    pub operators: Arc<Operators>,
+}
+
+impl Door {
+    /// Who places a hold for this call: its connection's caller when the
+    /// server has fleet memory (worked out only if a hold is placed).
+    fn caller<'a>(&self, name: &'a (dyn Fn() -> String + Sync)) -> Caller<'a> {
+        if self.service.has_fleet() {
+            Caller::Lazy(name)
+        } else {
+            Caller::Named("local")
+        }
+    }
+}
 
 /// The routes, as `(method, path template, label)`: the OpenAPI document is
 /// checked against this list, and the metrics' `route` label is one of its
@@ -76,64 +96,63 @@ impl Call<'_> {
             None => Ok(()),
         }
     }
-
-    fn caller(&self, api: &RetryDecisionApi) -> String {
-        if api.fleet().is_ok() {
-            holds::caller_of_parts(self.extensions)
-        } else {
-            "local".to_owned()
-        }
-    }
 }
 
 /// `POST /v1/classify[?format=json|asc]`.
-pub fn classify(api: &RetryDecisionApi, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
+pub fn classify(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
     call.only_params(&["format"])?;
     let asc = match call.param("format") {
         None | Some("json") => false,
         Some("asc") => true,
         Some(other) => return Err(ApiError::invalid("format", format!("{other:?}: use json or asc"))),
     };
-    let req: pb::ClassifyRequest = input::parse::<input::ClassifyJson>(&call.body)?.into();
+    let req = input::parse::<input::ClassifyJson>(&call.body)?;
     let now = UnixMillis::now();
-    let caller = call.caller(api);
-    let body = api
-        .decide_one(&req, now, &caller, |d, hold| {
-            if asc {
-                // Byte for byte what `retryd classify --format asc` prints.
-                let mut s = render(d, Format::Asc);
-                s.push('\n');
-                return s.into_bytes();
-            }
-            let hold = hold.map(|h| hold_to_proto(h, h.key.tenant()));
-            #[derive(Serialize)]
-            struct Answer<'d, 'a> {
-                decision: DecisionJson<'d, 'a>,
-            }
-            serde_json::to_vec(&Answer {
-                decision: DecisionJson::new(d, hold.as_ref()),
-            })
-            .unwrap_or_default()
-        })
+    let caller_name = || caller_of_parts(call.extensions);
+    let body = door
+        .service
+        .classify(
+            req.locale(),
+            req.failure(),
+            now,
+            door.caller(&caller_name),
+            |d, hold| {
+                if asc {
+                    // Byte for byte what `retryd classify --format asc` prints.
+                    let mut s = render(d, Format::Asc);
+                    s.push('\n');
+                    return s.into_bytes();
+                }
+                #[derive(Serialize)]
+                struct Answer<'d, 'a> {
+                    decision: DecisionJson<'d, 'a>,
+                }
+                serde_json::to_vec(&Answer {
+                    decision: DecisionJson::new(d, hold),
+                })
+                .unwrap_or_default()
+            },
+        )
         .map_err(|v| ApiError::from_violation(&v))?;
     Ok(bytes_response(StatusCode::OK, body))
 }
 
 /// `POST /v1/classify:batch`.
-pub async fn classify_batch(
-    api: &RetryDecisionApi,
-    call: &Call<'_>,
-) -> Result<http::Response<axum::body::Body>, ApiError> {
+pub async fn classify_batch(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
     call.only_params(&[])?;
-    let req: pb::ClassifyBatchRequest = input::parse::<input::BatchJson>(&call.body)?.into();
+    let req = input::parse::<input::BatchJson>(&call.body)?;
     let now = UnixMillis::now();
-    let caller = call.caller(api);
-    let body = if req.failures.len() <= BLOCKING_BATCH {
-        batch_body(api, &req, now, &caller)
+    let caller = if door.service.has_fleet() {
+        caller_of_parts(call.extensions)
+    } else {
+        "local".to_owned()
+    };
+    let body = if req.failures().len() <= BLOCKING_BATCH {
+        batch_body(&door.service, &req, now, &caller)
     } else {
         // As ClassifyBatch: a big batch does not hold up an async worker.
-        let api = api.clone();
-        tokio::task::spawn_blocking(move || batch_body(&api, &req, now, &caller))
+        let service = door.service.clone();
+        tokio::task::spawn_blocking(move || batch_body(&service, &req, now, &caller))
             .await
             .map_err(|_| ApiError::new(tonic::Code::Internal, "internal error"))?
     }?;
@@ -141,127 +160,118 @@ pub async fn classify_batch(
 }
 
 /// `{"results": [{"index": i, "decision": {...}} | {"index": i, "error": google.rpc.Status}], "summary": {...}}`
-fn batch_body(
-    api: &RetryDecisionApi,
-    req: &pb::ClassifyBatchRequest,
-    now: UnixMillis,
-    caller: &str,
-) -> Result<Vec<u8>, ApiError> {
-    let mut out = Vec::with_capacity(64 + req.failures.len() * 900);
+fn batch_body(service: &Service, req: &input::BatchJson, now: UnixMillis, caller: &str) -> Result<Vec<u8>, ApiError> {
+    let failures = req.failures();
+    let mut out = Vec::with_capacity(64 + failures.len() * 900);
     out.extend_from_slice(b"{\"results\":[");
-    let summary = api
-        .decide_batch(req, now, caller, |i, item| {
-            if i > 0 {
-                out.push(b',');
-            }
-            let _ = match item {
-                Ok((d, hold)) => {
-                    let hold = hold.map(|h| hold_to_proto(h, h.key.tenant()));
-                    serde_json::to_writer(
-                        &mut out,
-                        &json!({"index": i, "decision": DecisionJson::new(d, hold.as_ref())}),
-                    )
+    let failure = |i: usize| failures[i].as_failure(req.locale());
+    let summary = service
+        .classify_batch(
+            req.locale(),
+            failures.len(),
+            failure,
+            now,
+            Caller::Named(caller),
+            |i, item| {
+                if i > 0 {
+                    out.push(b',');
                 }
-                Err(v) => serde_json::to_writer(
-                    &mut out,
-                    &json!({"index": i, "error": ApiError::from_violation(v).body()}),
-                ),
-            };
-        })
+                let _ = match item {
+                    Ok((d, hold)) => {
+                        serde_json::to_writer(&mut out, &json!({"index": i, "decision": DecisionJson::new(d, hold)}))
+                    }
+                    Err(v) => serde_json::to_writer(
+                        &mut out,
+                        &json!({"index": i, "error": ApiError::from_violation(v).body()}),
+                    ),
+                };
+            },
+        )
         .map_err(|v| ApiError::from_violation(&v))?;
     out.extend_from_slice(b"],\"summary\":");
-    let _ = serde_json::to_writer(
-        &mut out,
-        &json!({
-            "retry_with_limit": summary.retry_with_limit,
-            "state_verification_required": summary.state_verification_required,
-            "fix_before_retry": summary.fix_before_retry,
-            "do_not_retry": summary.do_not_retry,
-            "already_applied": summary.already_applied,
-            "errors": summary.errors,
-        }),
-    );
+    let mut counts = serde_json::Map::new();
+    for v in Verdict::ALL {
+        counts.insert(v.as_str().to_owned(), json!(summary.count(v)));
+    }
+    counts.insert("errors".to_owned(), json!(summary.errors));
+    let _ = serde_json::to_writer(&mut out, &counts);
     out.push(b'}');
     Ok(out)
 }
 
 /// `POST /v1/admit`.
-pub async fn admit(api: &RetryDecisionApi, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
+pub async fn admit(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
     call.only_params(&[])?;
-    let req: pb::AdmitRequest = input::parse::<input::AdmitJson>(&call.body)?.into();
-    let fleet = api.fleet().map_err(|s| ApiError::from_status(&s))?;
-    let policy = api.policy();
-    let r = holds::admit(fleet, &policy, &req)
+    let req = input::parse::<input::AdmitJson>(&call.body)?;
+    let (out, hold) = door
+        .service
+        .admit(req.ask())
         .await
-        .map_err(|s| ApiError::from_status(&s))?;
+        .map_err(|e| ApiError::from_error(&e))?;
     Ok(json_response(
         StatusCode::OK,
         &json!({
-            "admitted": r.admitted,
-            "hold": r.hold.as_ref().map(HoldJson::from),
-            "retry_at": r.retry_at.as_ref().map(millis_from_timestamp),
-            "probe_token": r.probe_token,
+            "admitted": out.admitted,
+            "hold": hold.as_ref().map(HoldJson::from),
+            "retry_at": out.retry_at,
+            "probe_token": out.probe_token.unwrap_or_default(),
         }),
     ))
 }
 
 /// `GET /v1/holds?catalog=&dependency=&tenant=&page_size=&page_token=`:
 /// tenants in clear for operators, hashed for everyone else.
-pub fn list_holds(api: &RetryDecisionApi, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
+pub fn list_holds(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
     call.only_params(&["catalog", "dependency", "tenant", "page_size", "page_token"])?;
-    let fleet = api.fleet().map_err(|s| ApiError::from_status(&s))?;
+    door.service.fleet().map_err(|e| ApiError::from_error(&e))?;
     let page_size = match call.param("page_size") {
         None | Some("") => 0,
         Some(n) => n
             .parse::<i32>()
             .map_err(|_| ApiError::invalid("page_size", format!("{n:?} is not an integer")))?,
     };
-    let text = |k: &str| call.param(k).unwrap_or_default().to_owned();
-    let req = pb::ListHoldsRequest {
+    let text = |k: &str| call.param(k).unwrap_or_default();
+    let filter = HoldFilter {
         catalog: text("catalog"),
         dependency: text("dependency"),
         tenant: text("tenant"),
-        page_size,
-        page_token: text("page_token"),
     };
-    let operator = api.operators().allows_parts(call.headers, call.extensions);
-    let r = holds::list_holds(fleet, &req, operator).map_err(|s| ApiError::from_status(&s))?;
+    let operator = door.operators.allows_parts(call.headers, call.extensions);
+    let page = door
+        .service
+        .list_holds(filter, page_size, text("page_token"), operator)
+        .map_err(|e| ApiError::from_error(&e))?;
     Ok(json_response(
         StatusCode::OK,
         &json!({
-            "holds": r.holds.iter().map(HoldJson::from).collect::<Vec<_>>(),
-            "next_page_token": r.next_page_token,
+            "holds": page.holds.iter().map(HoldJson::from).collect::<Vec<_>>(),
+            "next_page_token": page.next_page_token,
         }),
     ))
 }
 
 /// `DELETE /v1/holds/{id}`: operators only.
-pub fn release_hold(
-    api: &RetryDecisionApi,
-    call: &Call<'_>,
-    id: &str,
-) -> Result<http::Response<axum::body::Body>, ApiError> {
+pub fn release_hold(door: &Door, call: &Call<'_>, id: &str) -> Result<http::Response<axum::body::Body>, ApiError> {
     call.only_params(&[])?;
-    let fleet = api.fleet().map_err(|s| ApiError::from_status(&s))?;
-    if !api.operators().allows_parts(call.headers, call.extensions) {
-        return Err(ApiError::from_status(&holds::release_denied()));
-    }
-    let r = holds::release_hold(fleet, &pb::ReleaseHoldRequest { id: id.to_owned() })
-        .map_err(|s| ApiError::from_status(&s))?;
+    let operator = door.operators.allows_parts(call.headers, call.extensions);
+    let released = door
+        .service
+        .release_hold(id, operator)
+        .map_err(|e| ApiError::from_error(&e))?;
     Ok(json_response(
         StatusCode::OK,
-        &json!({ "hold": r.hold.as_ref().map(HoldJson::from) }),
+        &json!({ "hold": HoldJson::from(&released) }),
     ))
 }
 
 /// `GET /v1/catalogs[?locale=ru]`.
-pub fn list_catalogs(api: &RetryDecisionApi, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
+pub fn list_catalogs(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
     call.only_params(&["locale"])?;
-    let req = pb::ListCatalogsRequest {
-        locale: call.param("locale").unwrap_or_default().to_owned(),
-    };
-    let r = api.list_catalogs_now(&req).map_err(|s| ApiError::from_status(&s))?;
-    Ok(json_response(StatusCode::OK, &super::catalogs::list_json(&r)))
+    let list = door
+        .service
+        .list_catalogs(call.param("locale").unwrap_or_default())
+        .map_err(|v| ApiError::from_violation(&v))?;
+    Ok(json_response(StatusCode::OK, &super::catalogs::list_json(&list)))
 }
 
 /// `GET /healthz` and `GET /readyz`: the gRPC health status of the whole

@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{Outcome, decide_read_only};
 use crate::core::{Failure, Operation, Policy, ReadBack, UnixMillis};
+use crate::service::decide::{Given, read_only};
+use crate::service::outcome::Outcome;
+use crate::service::record;
 
 /// The code the diff uses for "a code the catalog does not know".
 pub const UNKNOWN_CODE: &str = "RETRYD_DIFF_UNKNOWN_CODE";
@@ -240,15 +242,15 @@ fn diff_code(
             retry_after: if input.retry_after { "30" } else { "" },
             idempotency_key: if input.key_enforced { "diff-key" } else { "" },
             idempotency_key_enforced: input.key_enforced,
-            read_back: super::record::read_back_from_str(input.read_back).unwrap_or(ReadBack::NotDone),
+            read_back: record::read_back_from_str(input.read_back).unwrap_or(ReadBack::NotDone),
             tenant: "diff-tenant",
             dependency: "diff-dependency",
             method: "diff.method",
             ..Default::default()
         };
         let decided = |p: &Policy| {
-            decide_read_only(p, &failure, DIFF_NOW, &[])
-                .map(|(d, _)| Outcome::of(&d))
+            read_only(p, &failure, DIFF_NOW, Given::new(&[], None))
+                .map(|d| Outcome::of(&d.decision))
                 .ok()
         };
         let (a, b) = (decided(old), decided(new));

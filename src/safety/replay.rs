@@ -7,9 +7,10 @@ use std::io::BufRead;
 
 use serde::Serialize;
 
-use super::record::{LogRecord, SUPPORTED_VERSIONS};
-use super::{FieldChange, Outcome, decide_as_logged};
 use crate::core::{Policy, UnixMillis};
+use crate::service::decide::{Given, read_only};
+use crate::service::outcome::{FieldChange, Outcome};
+use crate::service::record::{LogRecord, LoggedBudget, SUPPORTED_VERSIONS};
 
 /// Examples kept per code.
 const EXAMPLES_PER_CODE: usize = 3;
@@ -135,11 +136,14 @@ fn replay_one(record: &LogRecord, line: usize, policy: &Policy, report: &mut Rep
     };
     let entry = report.codes.entry(format!("{catalog} {code}")).or_default();
     entry.decisions += 1;
-    let Ok(d) = decide_as_logged(policy, &failure, UnixMillis(record.ts_ms), record.hold.as_ref()) else {
+    // The hold and the budget the live decision met, fed back from the log.
+    let budget = record.budget.as_ref().map(LoggedBudget::judged);
+    let given = Given::as_logged(record.hold.as_ref(), budget.as_ref());
+    let Ok(d) = read_only(policy, &failure, UnixMillis(record.ts_ms), given) else {
         report.undecidable += 1;
         return;
     };
-    let now = Outcome::of(&d);
+    let now = Outcome::of(&d.decision);
     let changes = now.changes_from(&record.decision);
     if changes.is_empty() {
         return;

@@ -8,9 +8,11 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Outcome, decide_read_only};
 use crate::core::hold::{Hold, HoldKey, HoldKind, HoldScope};
 use crate::core::{Failure, Policy, UnixMillis};
+use crate::service::decide::{Given, read_only};
+use crate::service::outcome::Outcome;
+use crate::service::record;
 
 /// The embedded catalogs' test tables: `(file, text)`, run by `cargo test`
 /// and by `retryd policy test` without a path.
@@ -266,9 +268,9 @@ fn run_case(case: &CaseSource, policy: &Policy, catalog: Option<&str>) -> Result
         UnixMillis::parse_rfc3339(v).ok_or_else(|| format!("{key}: {v:?} is not an RFC 3339 time"))
     };
     let now = time("now", case.now.as_deref().unwrap_or(DEFAULT_NOW))?;
-    let operation = super::record::operation_from_str(&case.operation)
+    let operation = record::operation_from_str(&case.operation)
         .ok_or_else(|| format!("operation: {:?} is not read or write", case.operation))?;
-    let read_back = super::record::read_back_from_str(&case.read_back).ok_or_else(|| {
+    let read_back = record::read_back_from_str(&case.read_back).ok_or_else(|| {
         format!(
             "read_back: {:?} is not effect_present, effect_absent or inconclusive",
             case.read_back
@@ -302,7 +304,8 @@ fn run_case(case: &CaseSource, policy: &Policy, catalog: Option<&str>) -> Result
     for (i, h) in case.holds.iter().enumerate() {
         holds.push(hold_of(h, i, &failure, policy, now).map_err(|e| format!("holds[{i}].{e}"))?);
     }
-    let (d, hold) = decide_read_only(policy, &failure, now, &holds).map_err(|e| e.to_string())?;
+    let decided = read_only(policy, &failure, now, Given::new(&holds, None)).map_err(|e| e.to_string())?;
+    let (d, hold) = (decided.decision, decided.hold);
     let got = Outcome::of(&d);
     Ok(compare(&case.expect, &got, hold.as_ref()))
 }

@@ -43,9 +43,9 @@ use tonic::body::Body;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tower::{Layer, Service};
 
-use super::answer::{Answer, Stalls};
-use super::ledger::{Ledger, Ticket};
-use super::overload::SHED_TOTAL;
+use crate::doors::answer::{Answer, Stalls};
+use crate::doors::ledger::{Ledger, Ticket};
+use crate::doors::overload::SHED_TOTAL;
 
 /// Paths admitted here.
 const SERVICE_PREFIX: &str = "/retryd.v1.RetryDecisionService/";

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
-use crate::grpc::service::DEFAULT_MAX_BATCH;
+use crate::service::DEFAULT_MAX_BATCH;
 
 /// Flags of `retryd serve`.
 #[derive(Debug, Clone, clap::Args)]

@@ -1,5 +1,5 @@
 //! `serve --decision-log PATH|stderr`: one JSON line per decision (format
-//! [`crate::safety::record::LogRecord`], version in `v`), written by its own
+//! [`crate::service::record::LogRecord`], version in `v`), written by its own
 //! thread from a bounded queue, so a slow disk never slows a call: when the
 //! queue is full the decision is not logged and
 //! `retryd_decision_log_dropped_total` counts it. A file is rotated by size
@@ -13,9 +13,9 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use super::tap::DecisionEvent;
-use crate::safety::record::{FORMAT_VERSION, Hasher, logged_hold};
+use crate::service::record::{FORMAT_VERSION, Hasher, LoggedBudget, logged_hold};
 #[cfg(doc)]
-use crate::safety::record::{LogRecord, LoggedFailure};
+use crate::service::record::{LogRecord, LoggedFailure};
 
 /// Counter of lines written.
 pub const DECISION_LOG_LINES_TOTAL: &str = "retryd_decision_log_lines_total";
@@ -81,6 +81,7 @@ pub fn write_line(ev: &DecisionEvent, hasher: &Hasher, buf: &mut Vec<u8>) {
         },
         decision: &ev.decision,
         hold: ev.hold.as_ref().map(|h| logged_hold(h, hasher)),
+        budget: ev.budget.as_ref().map(LoggedBudget::of),
     };
     let _ = serde_json::to_writer(buf, &out);
 }
@@ -94,8 +95,10 @@ struct LineOut<'a> {
     policy_version: &'a str,
     hashed: bool,
     failure: FailureOut<'a>,
-    decision: &'a crate::safety::Outcome,
+    decision: &'a crate::service::outcome::Outcome,
     hold: Option<crate::core::hold::Hold>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<LoggedBudget>,
 }
 
 /// [`LoggedFailure`] as written, personal values hashed.
@@ -119,7 +122,7 @@ struct FailureOut<'a> {
     locale: &'a str,
     dependency: &'a str,
     quota_resets_at_ms: Option<i64>,
-    upstream: Option<crate::safety::record::LoggedContract>,
+    upstream: Option<crate::service::record::LoggedContract>,
 }
 
 enum Sink {
@@ -259,8 +262,8 @@ fn rotate(path: &std::path::Path, keep: u32) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::core::UnixMillis;
-    use crate::safety::Outcome;
-    use crate::safety::record::LoggedFailure;
+    use crate::service::outcome::Outcome;
+    use crate::service::record::LoggedFailure;
 
     fn event() -> DecisionEvent {
         let policy = crate::core::Policy::embedded().expect("policy");
@@ -280,6 +283,7 @@ mod tests {
             catalog: "vibecode".to_owned(),
             policy_version: policy.version().to_owned(),
             hold: None,
+            budget: None,
         }
     }
 

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::doors::peers::Operators;
 use crate::fleet::{Fleet, FleetConfig, PlacementLimits};
-use crate::grpc::Operators;
 
 /// Where the holds live, and who may manage them.
 #[derive(Debug, Clone, clap::Args)]

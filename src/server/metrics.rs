@@ -12,7 +12,7 @@
 //! - `retryd_build_info{version,revision}`, `retryd_shutdown_abandoned_calls_total`;
 //! - `process_*` (see [`super::process_metrics`]), rendered at each scrape;
 //! - `retryd_decisions_total{catalog,verdict}` and `retryd_batch_items`
-//!   (recorded by the service, see [`crate::grpc::service`]);
+//!   (recorded by the service, see [`crate::service::classify`]);
 //! - `retryd_policy_reload_total{result}`, `retryd_policy_info{version}` and
 //!   `retryd_policy_last_reload_successful` (see [`super::reload`]).
 //!
@@ -35,9 +35,9 @@ use tokio::net::TcpListener;
 use tower::{Layer, Service};
 
 use super::drain::{ABANDONED_TOTAL, InFlight, InFlightGuard};
-use super::overload::SHED_TOTAL;
 use super::reload::{LAST_RELOAD_SUCCESSFUL, POLICY_INFO, RELOAD_TOTAL};
-use crate::grpc::service::{BATCH_ITEMS, DECISIONS_TOTAL};
+use crate::doors::overload::SHED_TOTAL;
+use crate::service::classify::{BATCH_ITEMS, DECISIONS_TOTAL};
 
 /// Counter of calls received.
 pub const STARTED_TOTAL: &str = "grpc_server_started_total";
@@ -201,7 +201,7 @@ fn describe() {
         "Calls answered RESOURCE_EXHAUSTED at once because --max-concurrent-calls were in flight."
     );
     metrics::describe_counter!(
-        super::answer::STALLED_TOTAL,
+        crate::doors::answer::STALLED_TOTAL,
         "Answers dropped because their client read nothing of them for --stall-timeout."
     );
     metrics::describe_histogram!(BATCH_ITEMS, metrics::Unit::Count, "Failures per ClassifyBatch call.");

@@ -24,18 +24,15 @@
 //! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
 
 pub mod admission;
-pub mod answer;
 pub mod config;
 pub mod decision_log;
 pub mod drain;
 pub mod fleet;
 pub mod health_probe;
-pub mod ledger;
 pub mod logging;
 pub mod message_limit;
 pub mod metrics;
 pub mod observe;
-pub mod overload;
 pub mod panic;
 pub mod process_metrics;
 pub mod reload;
@@ -163,7 +160,8 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
                         "--trace-sample-ratio: {ratio} is not between 0 and 1"
                     )));
                 }
-                let exporter = crate::traces::init(&endpoint, ratio).map_err(|e| ServerError::Config(e.to_string()))?;
+                let exporter =
+                    crate::doors::traces::init(&endpoint, ratio).map_err(|e| ServerError::Config(e.to_string()))?;
                 tracing::info!(%endpoint, sample_ratio = ratio, "traces exported over OTLP/gRPC");
                 Some(exporter)
             }

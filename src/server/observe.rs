@@ -11,7 +11,7 @@ use super::decision_log::{self, DECISION_LOG_DROPPED_TOTAL, LogConfig};
 use super::reload::{self, PolicySource, Reloader};
 use super::shadow::{self, SHADOW_DROPPED_TOTAL};
 use super::tap::{Lane, Tap};
-use crate::safety::record::Hasher;
+use crate::service::record::Hasher;
 
 /// What `serve` runs beside the service for `--shadow-policy` and `--decision-log`.
 #[derive(Debug, Default)]

@@ -36,8 +36,8 @@ use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
 use crate::core::Policy;
-use crate::grpc::PolicyHandle;
 use crate::load::{self, LoadError};
+use crate::service::PolicyHandle;
 
 /// Counter of reload attempts, by `result` (`ok`, `unchanged`, `error`).
 pub const RELOAD_TOTAL: &str = "retryd_policy_reload_total";

@@ -12,21 +12,23 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use super::admission::{AdmissionConfig, AdmissionLayer};
-use super::answer::Stalls;
 use super::config::{MetricsListen, ServeArgs};
 use super::drain::{ABANDONED_TOTAL, InFlight};
-use super::ledger::{Ledger, Limits};
 use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
-use super::overload::SHED_TOTAL;
 use super::panic::CatchPanicLayer;
 use super::socket::Coalescing;
 use super::tls::{ServerTls, TlsError};
 use super::wire::WireLayer;
+use crate::doors::answer::Stalls;
+use crate::doors::ledger::{Ledger, Limits};
+use crate::doors::overload::SHED_TOTAL;
+use crate::doors::peers::Operators;
 use crate::fleet::Fleet;
 use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
-use crate::grpc::{Operators, PolicyHandle, RetryDecisionApi, SERVICE_NAME, ServiceConfig};
+use crate::grpc::{RetryDecisionApi, SERVICE_NAME};
 use crate::http::{HttpConfig, HttpDoor};
+use crate::service::{PolicyHandle, Service, ServiceConfig};
 
 /// What the server needs beyond the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,12 +157,12 @@ pub struct BoundServer {
     policy: PolicyHandle,
     config: ServerConfig,
     fleet: Option<(Arc<Fleet>, Operators)>,
-    observer: Option<Arc<dyn crate::safety::observe::DecisionObserver>>,
+    observer: Option<Arc<dyn crate::service::observe::DecisionObserver>>,
 }
 
 impl BoundServer {
     /// Shows every decision to `observer` (shadow policy, decision log).
-    pub fn with_observer(mut self, observer: Arc<dyn crate::safety::observe::DecisionObserver>) -> Self {
+    pub fn with_observer(mut self, observer: Arc<dyn crate::service::observe::DecisionObserver>) -> Self {
         self.observer = Some(observer);
         self
     }
@@ -272,19 +274,22 @@ impl BoundServer {
             .build_v1alpha()?;
         // Turns true when the drain begins: WatchHolds streams end with UNAVAILABLE.
         let (draining_watch, draining_seen) = tokio::sync::watch::channel(false);
-        let mut api = RetryDecisionApi::new(
+        // One service, both doors onto it.
+        let mut service = Service::new(
             policy,
             ServiceConfig {
                 max_batch: config.max_batch,
             },
         );
-        if let Some((fleet, operators)) = fleet {
-            api = api.with_fleet(fleet, operators, draining_seen);
+        let mut operators = Arc::new(Operators::default());
+        if let Some((fleet, ops)) = fleet {
+            service = service.with_fleet(fleet, draining_seen);
+            operators = Arc::new(ops);
         }
         if let Some(observer) = observer {
-            api = api.with_observer(observer);
+            service = service.with_observer(observer);
         }
-        let http_api = api.clone();
+        let api = RetryDecisionApi::from_service(service.clone(), Arc::clone(&operators));
         let api = RetryDecisionServiceServer::new(api).max_decoding_message_size(config.max_message_bytes);
 
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
@@ -317,7 +322,7 @@ impl BoundServer {
 
         ::metrics::counter!(SHED_TOTAL).increment(0);
         let unary_in_flight = InFlight::default();
-        ::metrics::counter!(super::answer::STALLED_TOTAL).increment(0);
+        ::metrics::counter!(crate::doors::answer::STALLED_TOTAL).increment(0);
         let ledger = Ledger::new(Limits {
             calls: config.max_concurrent_calls,
             calls_per_connection: config.max_calls_per_connection,
@@ -327,10 +332,16 @@ impl BoundServer {
         let stalls = Stalls::new();
         // The door takes its tickets from the same ledger as gRPC calls, and
         // its answers are watched for stalls like theirs.
-        let door = config
-            .http
-            .clone()
-            .map(|http| HttpDoor::new(http_api, door_health, http, Arc::clone(&ledger), stalls.clone()));
+        let door = config.http.clone().map(|http| {
+            HttpDoor::new(
+                service,
+                operators,
+                door_health,
+                http,
+                Arc::clone(&ledger),
+                stalls.clone(),
+            )
+        });
         let _stall_sweeper = AbortOnDrop(tokio::spawn(stalls.clone().sweep(config.stall_timeout)));
         let admission = AdmissionLayer::new(
             ledger,

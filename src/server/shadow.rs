@@ -3,7 +3,7 @@
 //! was in force (never placing one, never spending a budget), and every
 //! field that differs is counted in
 //! `retryd_shadow_disagreements_total{catalog,field}` — `catalog` a live
-//! catalog's name, `field` one of [`crate::safety::FIELDS`] or
+//! catalog's name, `field` one of [`crate::service::outcome::FIELDS`] or
 //! `undecidable` — and logged with both decisions, at most once per
 //! interval. Callers always get the live answer.
 
@@ -12,8 +12,9 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use super::tap::DecisionEvent;
-use crate::grpc::PolicyHandle;
-use crate::safety::{FieldChange, Outcome, decide_as_logged};
+use crate::service::PolicyHandle;
+use crate::service::decide::{Given, read_only};
+use crate::service::outcome::{FieldChange, Outcome};
 
 /// Counter of shadow disagreements, labelled `catalog` and `field`.
 pub const SHADOW_DISAGREEMENTS_TOTAL: &str = "retryd_shadow_disagreements_total";
@@ -28,8 +29,9 @@ pub const LOG_EVERY: Duration = Duration::from_secs(1);
 /// differ, or `Err` when it cannot decide it (e.g. it lacks the catalog).
 pub fn compare(shadow: &crate::core::Policy, ev: &DecisionEvent) -> Result<(Outcome, Vec<FieldChange>), String> {
     let failure = ev.failure.as_failure();
-    let d = decide_as_logged(shadow, &failure, ev.now, ev.hold.as_ref()).map_err(|e| e.to_string())?;
-    let outcome = Outcome::of(&d);
+    let given = Given::as_logged(ev.hold.as_ref(), ev.budget.as_ref());
+    let d = read_only(shadow, &failure, ev.now, given).map_err(|e| e.to_string())?;
+    let outcome = Outcome::of(&d.decision);
     let changes = outcome.changes_from(&ev.decision);
     Ok((outcome, changes))
 }
@@ -78,7 +80,7 @@ fn compare_one(shadow: &PolicyHandle, ev: &DecisionEvent, last_logged: &mut Opti
         return;
     }
     for c in &changes {
-        let field = crate::safety::FIELDS
+        let field = crate::service::outcome::FIELDS
             .iter()
             .find(|f| **f == c.field)
             .copied()

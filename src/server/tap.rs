@@ -9,10 +9,12 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_cha
 use std::time::Duration;
 
 use crate::core::hold::Hold;
-use crate::core::{Decision, Failure, UnixMillis};
-use crate::safety::Outcome;
-use crate::safety::observe::DecisionObserver;
-use crate::safety::record::{Hasher, LoggedFailure};
+use crate::core::{Failure, UnixMillis};
+use crate::fleet::budget::Judged;
+use crate::service::Decided;
+use crate::service::observe::DecisionObserver;
+use crate::service::outcome::Outcome;
+use crate::service::record::{Hasher, LoggedFailure};
 
 /// One decision, owned, as the live policy made it.
 #[derive(Debug, Clone)]
@@ -29,6 +31,8 @@ pub struct DecisionEvent {
     pub policy_version: String,
     /// The hold in force on the failure's scope after the decision.
     pub hold: Option<Hold>,
+    /// The budget the decision was judged against, before its withdrawal.
+    pub budget: Option<Judged>,
 }
 
 /// A bounded queue's sending side; a full queue drops and counts.
@@ -89,7 +93,8 @@ pub struct Tap {
 }
 
 impl DecisionObserver for Tap {
-    fn observe(&self, failure: &Failure<'_>, decision: &Decision<'_>, hold: Option<&Hold>, now: UnixMillis) {
+    fn observe(&self, failure: &Failure<'_>, decided: &Decided<'_>, now: UnixMillis) {
+        let decision = &decided.decision;
         let log = self
             .log
             .as_ref()
@@ -103,7 +108,8 @@ impl DecisionObserver for Tap {
             decision: Outcome::of(decision),
             catalog: decision.catalog.to_owned(),
             policy_version: decision.policy_version.to_owned(),
-            hold: hold.cloned(),
+            hold: decided.hold.clone(),
+            budget: decided.budget.clone(),
         });
         if let Some((lane, _)) = log {
             match &self.shadow {

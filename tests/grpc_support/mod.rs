@@ -428,7 +428,7 @@ pub fn hold_a_call(
             .await
             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
         let path = http::uri::PathAndQuery::from_static("/retryd.v1.RetryDecisionService/ClassifyBatch");
-        let codec = retryd::grpc::codec::Codec::<
+        let codec = retryd::grpc::wire::codec::Codec::<
             retryd::grpc::pb::ClassifyBatchRequest,
             retryd::grpc::pb::ClassifyBatchResponse,
         >::default();

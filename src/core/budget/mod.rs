@@ -35,8 +35,7 @@ pub const MIN_WINDOW_MS: u64 = 1_000;
 pub const MAX_WINDOW_MS: u64 = 86_400_000;
 
 /// What a budget is counted per.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BudgetScope {
     /// Every tenant of one dependency instance (catalog + dependency).
     Dependency,
@@ -44,15 +43,8 @@ pub enum BudgetScope {
     Tenant,
 }
 
-impl BudgetScope {
-    /// The catalog word, also the `scope` label of the metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetScope::Dependency => "dependency",
-            BudgetScope::Tenant => "tenant",
-        }
-    }
-}
+// The catalog word, also the `scope` label of the metrics.
+crate::words!(BudgetScope { Dependency => "dependency", Tenant => "tenant" });
 
 /// One `[[budgets]]` entry of a catalog, compiled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::time::UnixMillis;
 
 /// What a hold covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HoldScope {
     /// One tenant of one dependency (catalog + dependency + tenant).
     Tenant,
@@ -24,20 +23,10 @@ pub enum HoldScope {
     Method,
 }
 
-impl HoldScope {
-    /// The catalog word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HoldScope::Tenant => "tenant",
-            HoldScope::Dependency => "dependency",
-            HoldScope::Method => "method",
-        }
-    }
-}
+crate::words!(HoldScope { Tenant => "tenant", Dependency => "dependency", Method => "method" });
 
 /// Why calls are held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HoldKind {
     /// A Retry-After that applies to everyone.
     Pause,
@@ -58,21 +47,18 @@ impl HoldKind {
         HoldKind::CircuitOpen,
     ];
 
-    /// The catalog and metrics word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HoldKind::Pause => "pause",
-            HoldKind::QuotaStop => "quota_stop",
-            HoldKind::Quarantine => "quarantine",
-            HoldKind::CircuitOpen => "circuit_open",
-        }
-    }
-
     /// Position in [`HoldKind::ALL`].
     pub fn index(self) -> usize {
         self as usize
     }
 }
+
+crate::words!(HoldKind {
+    Pause => "pause",
+    QuotaStop => "quota_stop",
+    Quarantine => "quarantine",
+    CircuitOpen => "circuit_open",
+});
 
 /// The scope a hold is keyed by: catalog, dependency and, for tenant and
 /// method scopes, the tenant or the method.
@@ -201,6 +187,17 @@ impl Hold {
     /// When probe slot `n` opens.
     pub fn probe_slot_at(&self, n: u64) -> UnixMillis {
         self.since.plus_ms(n.saturating_mul(self.probe_every_ms))
+    }
+
+    /// The earliest time a retry under this hold can go ahead: its end, or
+    /// for an open circuit its next probe slot.
+    pub fn retry_floor(&self, now: UnixMillis) -> UnixMillis {
+        if self.kind == HoldKind::CircuitOpen {
+            let next = self.probe_slot(now).map_or(1, |n| n + 1);
+            self.probe_slot_at(next).min(self.until)
+        } else {
+            self.until
+        }
     }
 }
 

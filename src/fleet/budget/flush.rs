@@ -30,33 +30,10 @@ use sha2::{Digest, Sha256};
 use super::Budgets;
 use crate::core::budget::{BUCKETS, Counts};
 use crate::core::time::UnixMillis;
-use crate::fleet::store::SharedStore;
+use crate::fleet::store::{FlushReply, ScopeFlush, SharedStore};
 
 /// Most scopes sent in one flush (the rest go in the next ones).
 pub const MAX_SCOPES_PER_FLUSH: usize = 2_000;
-
-/// One scope's part of a flush.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScopeFlush {
-    /// 32 hex digits of the SHA-256 of the scope's storage key (the Redis
-    /// hash tag: no tenant in clear, bounded size).
-    pub tag: String,
-    /// The scope's window, ms (keys expire two windows after their last write).
-    pub window_ms: u64,
-    /// The bucket `now` falls in.
-    pub bucket: i64,
-    /// Counts to add, per bucket.
-    pub deltas: Vec<(i64, Counts)>,
-}
-
-/// What the store answered.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FlushReply {
-    /// Replicas alive (heartbeats within the last few seconds), this one included.
-    pub replicas: u64,
-    /// Per scope sent, in order: the fleet's counts per bucket.
-    pub totals: Vec<Vec<(i64, Counts)>>,
-}
 
 /// The Redis hash tag of a storage key.
 pub fn tag_of(storage_key: &str) -> String {

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
-use super::flush::{FlushReply, ScopeFlush};
 use super::*;
+use crate::fleet::store::{FlushReply, ScopeFlush};
 
 fn finagle() -> BudgetRule {
     BudgetRule {

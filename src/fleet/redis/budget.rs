@@ -22,7 +22,7 @@ use ::redis::Value;
 use super::Shared;
 use crate::core::budget::{BUCKETS, Counts};
 use crate::core::time::UnixMillis;
-use crate::fleet::budget::flush::{FlushReply, ScopeFlush};
+use crate::fleet::store::{FlushReply, ScopeFlush};
 
 /// A replica whose last heartbeat is older than this is not counted.
 pub const ALIVE_MS: i64 = 5_000;

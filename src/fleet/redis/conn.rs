@@ -8,10 +8,9 @@ use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use ::redis::{ClientTlsConfig, TlsCertificates};
-
 use super::RedisTls;
 use super::sentinel::{Sentinels, parse_sentinel};
+use super::tls::certificates;
 
 /// Which topology to expect behind the address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,17 +73,6 @@ pub struct Target {
     certs: Option<RedisTls>,
     /// Sentinels that name the master, for `redis+sentinel://`.
     sentinel: Option<Sentinels>,
-}
-
-/// The crate's TLS material from ours.
-pub(super) fn certificates(tls: &RedisTls) -> TlsCertificates {
-    TlsCertificates {
-        client_tls: tls.client_cert_pem.as_ref().map(|(cert, key)| ClientTlsConfig {
-            client_cert: cert.clone(),
-            client_key: key.clone(),
-        }),
-        root_cert: tls.ca_pem.clone(),
-    }
 }
 
 /// How long connecting and each command may take.

@@ -49,6 +49,7 @@ mod options;
 mod scan;
 mod sentinel;
 mod sync;
+mod tls;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -359,9 +360,9 @@ impl SharedStore for RedisStore {
 
     fn flush_budgets<'a>(
         &'a self,
-        batch: &'a [crate::fleet::budget::flush::ScopeFlush],
+        batch: &'a [crate::fleet::store::ScopeFlush],
         now: UnixMillis,
-    ) -> StoreFuture<'a, Option<crate::fleet::budget::flush::FlushReply>> {
+    ) -> StoreFuture<'a, Option<crate::fleet::store::FlushReply>> {
         Box::pin(budget::flush(&self.shared, batch, now))
     }
 }

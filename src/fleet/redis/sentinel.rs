@@ -8,7 +8,7 @@ use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerTyp
 use ::redis::{Client, ConnectionAddr};
 
 use super::RedisTls;
-use super::conn::certificates;
+use super::tls::certificates;
 
 /// The sentinels of one master, asked for its address on every connect.
 #[derive(Clone)]

@@ -1,8 +1,9 @@
 //! The decision log's line format (one JSON object per decision) and its
 //! conversion from and to the core's [`Failure`].
 //!
-//! Every line carries `v`, the format version; [`replay`](super::replay)
-//! refuses a version it does not know ([`SUPPORTED_VERSIONS`]). Tenants,
+//! Every line carries `v`, the format version; `retryd replay` refuses a
+//! version it does not know ([`SUPPORTED_VERSIONS`]). Enum values are the
+//! core's words (`crate::core::words`). Tenants,
 //! idempotency keys and request ids are replaced by a keyed hash
 //! (SipHash-2-4, [`Hasher`]) unless the log is written raw; the hash is
 //! stable for one key, so a replay still sees which failures share a tenant.
@@ -12,13 +13,15 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use super::Outcome;
+use super::outcome::Outcome;
+use crate::core::budget::{BudgetRule, BudgetScope, Standing};
 use crate::core::hold::Hold;
 use crate::core::{Failure, Operation, ReadBack, RetryContract, SideEffectState, Strategy, UnixMillis};
+use crate::fleet::budget::Judged;
 
 /// The format version written in every line's `v`.
 pub const FORMAT_VERSION: u32 = 1;
-/// The versions [`replay`](super::replay) reads.
+/// The versions `retryd replay` reads.
 pub const SUPPORTED_VERSIONS: &[u32] = &[1];
 
 /// One decision-log line.
@@ -41,6 +44,81 @@ pub struct LogRecord {
     /// The fleet hold in force on the failure's scope when it was decided
     /// (tenant subjects hashed like the failure's tenant).
     pub hold: Option<Hold>,
+    /// The retry budget the decision was judged against, as it stood before
+    /// the decision (absent in lines written before budgets were logged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<LoggedBudget>,
+}
+
+/// A budget standing as logged: the rule and where its scope stood.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedBudget {
+    /// `dependency` or `tenant`.
+    pub scope: BudgetScope,
+    /// The rule's window.
+    pub window_ms: u64,
+    /// The rule's share of first attempts.
+    pub retry_percent: u32,
+    /// The rule's reserve.
+    pub min_retries_per_sec: u32,
+    /// The rule's fixed allowance of first attempts, if any.
+    pub rule_requests: Option<u64>,
+    /// The scope key (tenant hashed).
+    pub scope_key: String,
+    /// First attempts in the window.
+    pub requests: u64,
+    /// Retries in the window, before this decision.
+    pub retries: u64,
+    /// Retries allowed in the window.
+    pub allowed: u64,
+    /// When the window starts, Unix ms.
+    pub window_start_ms: i64,
+    /// Spent: a retry had to wait until `room_at_ms`.
+    pub exhausted: bool,
+    /// When the window has room again, Unix ms.
+    pub room_at_ms: i64,
+}
+
+impl LoggedBudget {
+    /// The standing `j`, as logged.
+    pub fn of(j: &Judged) -> Self {
+        LoggedBudget {
+            scope: j.rule.scope,
+            window_ms: j.rule.window_ms,
+            retry_percent: j.rule.retry_percent,
+            min_retries_per_sec: j.rule.min_retries_per_sec,
+            rule_requests: j.rule.requests,
+            scope_key: j.shown.clone(),
+            requests: j.standing.requests,
+            retries: j.standing.retries,
+            allowed: j.standing.allowed,
+            window_start_ms: j.standing.window_start.0,
+            exhausted: j.standing.exhausted,
+            room_at_ms: j.standing.room_at.0,
+        }
+    }
+
+    /// The standing to decide again with.
+    pub fn judged(&self) -> Judged {
+        Judged {
+            rule: BudgetRule {
+                scope: self.scope,
+                window_ms: self.window_ms,
+                retry_percent: self.retry_percent,
+                min_retries_per_sec: self.min_retries_per_sec,
+                requests: self.rule_requests,
+            },
+            shown: self.scope_key.clone(),
+            standing: Standing {
+                requests: self.requests,
+                retries: self.retries,
+                allowed: self.allowed,
+                window_start: UnixMillis(self.window_start_ms),
+                exhausted: self.exhausted,
+                room_at: UnixMillis(self.room_at_ms),
+            },
+        }
+    }
 }
 
 /// A failure, owned.
@@ -185,10 +263,10 @@ impl LoggedFailure {
         LoggedFailure {
             catalog: f.catalog.to_owned(),
             code: f.code.to_owned(),
+            // Not given is written as nothing, as in format version 1.
             operation: Cow::Borrowed(match f.operation {
                 Operation::Unspecified => "",
-                Operation::Read => "read",
-                Operation::Write => "write",
+                op => op.as_str(),
             }),
             method: f.method.to_owned(),
             attempt: f.attempt,
@@ -198,7 +276,7 @@ impl LoggedFailure {
             deadline_ms: f.deadline.map(|d| d.0),
             idempotency_key: hasher.hash(f.idempotency_key),
             idempotency_key_enforced: f.idempotency_key_enforced,
-            read_back: Cow::Borrowed(read_back_str(f.read_back)),
+            read_back: Cow::Borrowed(f.read_back.as_str()),
             cannot_verify_effect: f.cannot_verify_effect,
             request_id: hasher.hash(f.request_id),
             tenant: hasher.hash(f.tenant),
@@ -210,12 +288,12 @@ impl LoggedFailure {
                 safe: u.safe,
                 after_ms: u.after_ms,
                 max_after_ms: u.max_after_ms,
-                strategy: super::strategy_str(u.strategy).to_owned(),
+                strategy: u.strategy.as_str().to_owned(),
                 attempt: u.attempt,
                 max_attempts: u.max_attempts,
                 deadline_ms: u.deadline.map(|d| d.0),
                 idempotency_key: u.idempotency_key.map(|k| hasher.hash(k)),
-                side_effect_state: super::side_effect_str(u.side_effect_state).to_owned(),
+                side_effect_state: u.side_effect_state.as_str().to_owned(),
                 reconciliation_action: u.reconciliation_action.map(str::to_owned),
             }),
         }
@@ -244,12 +322,12 @@ impl LoggedFailure {
                 safe: u.safe,
                 after_ms: u.after_ms,
                 max_after_ms: u.max_after_ms,
-                strategy: strategy_from_str(&u.strategy),
+                strategy: Strategy::from_word(&u.strategy).unwrap_or(Strategy::None),
                 attempt: u.attempt,
                 max_attempts: u.max_attempts,
                 deadline: u.deadline_ms.map(UnixMillis),
                 idempotency_key: u.idempotency_key.as_deref(),
-                side_effect_state: side_effect_from_str(&u.side_effect_state).unwrap_or(SideEffectState::Unknown),
+                side_effect_state: SideEffectState::from_word(&u.side_effect_state).unwrap_or(SideEffectState::Unknown),
                 reconciliation_action: u.reconciliation_action.as_deref(),
             }),
             locale: &self.locale,
@@ -260,55 +338,22 @@ impl LoggedFailure {
     }
 }
 
-/// `read`, `write`, or empty for unspecified.
+/// An operation from its word (empty: not given).
 pub fn operation_from_str(s: &str) -> Option<Operation> {
     match s {
-        "" | "unspecified" => Some(Operation::Unspecified),
-        "read" => Some(Operation::Read),
-        "write" => Some(Operation::Write),
-        _ => None,
+        "" => Some(Operation::Unspecified),
+        word => Operation::from_word(word),
     }
 }
 
-/// The word of a read-back.
-pub fn read_back_str(r: ReadBack) -> &'static str {
-    match r {
-        ReadBack::NotDone => "not_done",
-        ReadBack::EffectPresent => "effect_present",
-        ReadBack::EffectAbsent => "effect_absent",
-        ReadBack::Inconclusive => "inconclusive",
-    }
-}
-
-/// A read-back from its word (`present`/`absent` accepted too).
+/// A read-back from its word (empty: not done; the seeds' `present`,
+/// `absent` and `none` accepted too).
 pub fn read_back_from_str(s: &str) -> Option<ReadBack> {
     match s {
-        "" | "not_done" | "none" => Some(ReadBack::NotDone),
-        "effect_present" | "present" => Some(ReadBack::EffectPresent),
-        "effect_absent" | "absent" => Some(ReadBack::EffectAbsent),
-        "inconclusive" => Some(ReadBack::Inconclusive),
-        _ => None,
-    }
-}
-
-/// A side-effect state from its word.
-pub fn side_effect_from_str(s: &str) -> Option<SideEffectState> {
-    match s {
-        "none" => Some(SideEffectState::None),
-        "possible" => Some(SideEffectState::Possible),
-        "confirmed" => Some(SideEffectState::Confirmed),
-        "unknown" => Some(SideEffectState::Unknown),
-        _ => None,
-    }
-}
-
-fn strategy_from_str(s: &str) -> Strategy {
-    match s {
-        "exponential_backoff" => Strategy::ExponentialBackoff,
-        "retry_after" => Strategy::RetryAfter,
-        "schedule" => Strategy::Schedule,
-        "hold" => Strategy::Hold,
-        _ => Strategy::None,
+        "" | "none" => Some(ReadBack::NotDone),
+        "present" => Some(ReadBack::EffectPresent),
+        "absent" => Some(ReadBack::EffectAbsent),
+        word => ReadBack::from_word(word),
     }
 }
 

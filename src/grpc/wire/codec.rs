@@ -17,7 +17,8 @@ use tonic::Status;
 use tonic::codec::{BufferSettings, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic_types::{ErrorDetails, StatusExt as _};
 
-use super::{pb, pool, unary_pool};
+use super::super::pb;
+use super::{pool, unary_pool};
 
 /// How a message of the service is decoded, and what happens to it once it
 /// is encoded: by default prost's decode, and nothing.

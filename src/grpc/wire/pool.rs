@@ -22,7 +22,7 @@ use prost::DecodeError;
 use prost::Message as _;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, message};
 
-use super::pb;
+use super::super::pb;
 
 /// Most requests (and most responses) a pool keeps.
 pub const POOLED: usize = 8;

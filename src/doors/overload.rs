@@ -3,7 +3,7 @@
 //! A decision call over a limit of [`super::ledger`] (calls in flight or
 //! bytes buffered, server-wide or on its connection) is answered
 //! RESOURCE_EXHAUSTED at once, before its handler runs (see
-//! [`super::admission`]), so an overload turns into fast, retryable
+//! [`crate::server::admission`]), so an overload turns into fast, retryable
 //! refusals instead of a queue growing without bound. Health checks
 //! (`grpc.health.v1.Health/*`) are never shed: an overloaded server is busy,
 //! not unhealthy, and must not be restarted for it.

@@ -231,7 +231,7 @@ mod tests {
     use http_body_util::BodyExt as _;
 
     use super::*;
-    use crate::server::ledger::{Ledger, Limits};
+    use crate::doors::ledger::{Ledger, Limits};
 
     fn answer(len: usize, ledger: &Arc<Ledger>, stalls: &Stalls) -> Answer {
         let mut ticket = ledger.ticket(None);

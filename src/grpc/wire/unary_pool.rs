@@ -14,7 +14,7 @@ use prost::DecodeError;
 use prost::Message as _;
 use prost::encoding::{DecodeContext, WireType, decode_key, message};
 
-use super::pb;
+use super::super::pb;
 use super::pool::{POOLED_FAILURE_BYTES, Pool};
 
 /// The `failure` field of `ClassifyRequest`.
@@ -161,7 +161,7 @@ mod tests {
             if let Ok(d) = decode_classify_request(request(earlier, "old").encode_to_vec().as_slice()) {
                 recycle_request(d);
             }
-            crate::grpc::pool::tests::same_as_prost(decode_classify_request(bytes.as_slice()), &bytes)?;
+            crate::grpc::wire::pool::tests::same_as_prost(decode_classify_request(bytes.as_slice()), &bytes)?;
         }
 
         /// Well-formed requests, decoded after any other.

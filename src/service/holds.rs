@@ -1,0 +1,336 @@
+//! The fleet-memory operations — Admit, ReportOutcomes, ListHolds,
+//! ReleaseHold, WatchHolds — over [`Fleet`], in domain types. Who is an
+//! operator is the doors' question; they pass the answer in.
+
+use std::sync::Arc;
+
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::Service;
+use super::budgets::deposit;
+use super::error::{Error, ErrorKind, Violation, check_len};
+use crate::core::hold::Hold;
+use crate::core::{Policy, UnixMillis, limits};
+use crate::fleet::{AdmitOutcome, Fleet, HoldEventKind, matches};
+
+/// Most counts one ReportOutcomes may carry.
+pub const MAX_OUTCOME_COUNTS: usize = 1_000;
+/// Largest count of one kind per entry of one report (a bigger one is cut to it).
+pub const MAX_COUNT_PER_REPORT: u64 = 1_000_000;
+/// Longest hold id or probe token.
+pub const MAX_ID: usize = 128;
+/// Default and largest ListHolds page.
+const PAGE_DEFAULT: usize = 100;
+const PAGE_MAX: usize = 1_000;
+/// Counter of first attempts reported through ReportOutcomes.
+pub const OUTCOME_REQUESTS_TOTAL: &str = "retryd_outcome_requests_total";
+
+/// The message of a refused ReleaseHold.
+pub const RELEASE_DENIED: &str = "ReleaseHold is for operators: a bearer token (--operator-token-file) or a client certificate in --operator-identities";
+
+/// A hold with the tenant as this caller may see it: in clear for operators
+/// and for the caller that named it, else hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The hold.
+    pub hold: Hold,
+    /// Its tenant as shown (empty when it is not a tenant hold).
+    pub tenant: String,
+}
+
+impl Shown {
+    /// `hold` with its tenant in clear.
+    pub fn clear(hold: Hold) -> Self {
+        let tenant = hold.key.tenant().to_owned();
+        Shown { hold, tenant }
+    }
+}
+
+/// Which holds a list or a watch covers (empty matches all).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HoldFilter<'a> {
+    /// Catalog.
+    pub catalog: &'a str,
+    /// Dependency instance.
+    pub dependency: &'a str,
+    /// Tenant, raw.
+    pub tenant: &'a str,
+}
+
+impl HoldFilter<'_> {
+    fn check(&self) -> Result<(), Violation> {
+        check_len("catalog", self.catalog, limits::MAX_CATALOG)?;
+        check_scope_fields(self.dependency, self.tenant, "", "")
+    }
+}
+
+/// One page of ListHolds.
+#[derive(Debug, Clone, Default)]
+pub struct HoldPage {
+    /// The holds, ending soonest first.
+    pub holds: Vec<Shown>,
+    /// Where the next page starts (empty: no more).
+    pub next_page_token: String,
+}
+
+/// One entry of a ReportOutcomes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutcomeCount<'a> {
+    /// Catalog (empty: the default).
+    pub catalog: &'a str,
+    /// Dependency instance.
+    pub dependency: &'a str,
+    /// Tenant.
+    pub tenant: &'a str,
+    /// Method.
+    pub method: &'a str,
+    /// First attempts made (the budgets' deposits).
+    pub requests: u64,
+}
+
+/// What Admit is asked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdmitAsk<'a> {
+    /// Catalog (empty: the default).
+    pub catalog: &'a str,
+    /// Dependency instance.
+    pub dependency: &'a str,
+    /// Tenant.
+    pub tenant: &'a str,
+    /// Method.
+    pub method: &'a str,
+    /// The attempt about to be made (≤ 1: a first attempt, a deposit).
+    pub attempt: u32,
+}
+
+/// A change to a watched hold.
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    /// Placed (or in force at the start), extended or lifted.
+    pub kind: HoldEventKind,
+    /// The hold after the change.
+    pub hold: Shown,
+}
+
+/// The stream of a watch: events, then an error when it ends abnormally.
+pub type WatchEvents = ReceiverStream<Result<WatchEvent, Error>>;
+
+fn check_scope_fields(dependency: &str, tenant: &str, method: &str, prefix: &str) -> Result<(), Violation> {
+    check_len(&format!("{prefix}dependency"), dependency, limits::MAX_DEPENDENCY)?;
+    check_len(&format!("{prefix}tenant"), tenant, limits::MAX_TENANT)?;
+    check_len(&format!("{prefix}method"), method, limits::MAX_METHOD)
+}
+
+/// The catalog a request names (empty: the default), or a violation of `field`.
+fn resolve_catalog<'p>(policy: &'p Policy, name: &str, field: &str) -> Result<&'p str, Violation> {
+    check_len(field, name, limits::MAX_CATALOG)?;
+    if name.is_empty() {
+        return Ok(&policy.default_catalog().name);
+    }
+    match policy.catalog(name) {
+        Some(c) => Ok(&c.name),
+        None => Err(Violation::new(
+            field,
+            format!("unknown catalog {name:?}; catalogs: {}", policy.catalog_names()),
+        )),
+    }
+}
+
+/// `h` with the tenant as a caller who is (or is not) an operator may see it.
+pub fn shown(fleet: &Fleet, h: Hold, operator: bool) -> Shown {
+    if operator {
+        return Shown::clear(h);
+    }
+    let tenant = fleet.hash_tenant(h.key.tenant());
+    Shown { hold: h, tenant }
+}
+
+impl Service {
+    /// Admit: may this call go ahead now?
+    pub async fn admit(&self, ask: AdmitAsk<'_>) -> Result<(AdmitOutcome, Option<Shown>), Error> {
+        let fleet = self.fleet()?;
+        let policy = self.policy();
+        let catalog = resolve_catalog(&policy, ask.catalog, "catalog")?;
+        check_scope_fields(ask.dependency, ask.tenant, ask.method, "")?;
+        let now = UnixMillis::now();
+        let mut out = fleet.admit(catalog, ask.dependency, ask.tenant, ask.method, now).await;
+        if out.admitted && ask.attempt <= 1 {
+            // A first attempt about to be made: the budget's deposit (a retry never adds to it).
+            deposit(&policy, fleet, catalog, ask.dependency, ask.tenant, 1, now);
+        }
+        // The caller named its own tenant: it sees it in clear.
+        let hold = out.hold.take().map(Shown::clear);
+        Ok((out, hold))
+    }
+
+    /// ReportOutcomes: counts are validated and capped; their first attempts
+    /// are deposits of the fleet retry budgets. A probe token reports that
+    /// probe's result; the circuit is returned.
+    pub fn report_outcomes(
+        &self,
+        counts: &[OutcomeCount<'_>],
+        probe_token: &str,
+        probe_succeeded: bool,
+    ) -> Result<Option<Shown>, Error> {
+        let fleet = self.fleet()?;
+        let policy = self.policy();
+        if counts.len() > MAX_OUTCOME_COUNTS {
+            return Err(Error::invalid(
+                "counts",
+                format!("{} entries; the limit is {MAX_OUTCOME_COUNTS}", counts.len()),
+            ));
+        }
+        for (i, c) in counts.iter().enumerate() {
+            resolve_catalog(&policy, c.catalog, &format!("counts[{i}].catalog"))?;
+            check_scope_fields(c.dependency, c.tenant, c.method, &format!("counts[{i}]."))?;
+        }
+        check_len("probe_token", probe_token, MAX_ID)?;
+        let requests: u64 = counts.iter().map(|c| c.requests.min(MAX_COUNT_PER_REPORT)).sum();
+        metrics::counter!(OUTCOME_REQUESTS_TOTAL).increment(requests);
+        // First attempts of callers that do not use Admit: the budgets' deposits
+        // (a caller using Admit must not report them again).
+        let now = UnixMillis::now();
+        for c in counts {
+            let catalog = resolve_catalog(&policy, c.catalog, "counts")?;
+            let n = c.requests.min(MAX_COUNT_PER_REPORT);
+            deposit(&policy, fleet, catalog, c.dependency, c.tenant, n, now);
+        }
+        if probe_token.is_empty() {
+            return Ok(None);
+        }
+        let h = fleet
+            .report_probe(probe_token, probe_succeeded, UnixMillis::now())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::NotFound,
+                    "probe_token: no open circuit in force has this probe",
+                )
+            })?;
+        Ok(Some(Shown::clear(h)))
+    }
+
+    /// ListHolds: one page of the holds in force matching `filter`.
+    pub fn list_holds(
+        &self,
+        filter: HoldFilter<'_>,
+        page_size: i32,
+        page_token: &str,
+        operator: bool,
+    ) -> Result<HoldPage, Error> {
+        let fleet = self.fleet()?;
+        filter.check()?;
+        if page_size < 0 {
+            return Err(Error::invalid("page_size", "must not be negative"));
+        }
+        let size = match page_size {
+            0 => PAGE_DEFAULT,
+            n => usize::try_from(n).unwrap_or(PAGE_MAX).min(PAGE_MAX),
+        };
+        let offset = match page_token {
+            "" => 0,
+            t => t
+                .parse::<usize>()
+                .map_err(|_| Error::invalid("page_token", "is not a token this server gave"))?,
+        };
+        let all = fleet.list(filter.catalog, filter.dependency, filter.tenant, UnixMillis::now());
+        let total = all.len();
+        let holds: Vec<Shown> = all
+            .into_iter()
+            .skip(offset)
+            .take(size)
+            .map(|h| shown(fleet, h, operator))
+            .collect();
+        let next = offset + holds.len();
+        Ok(HoldPage {
+            holds,
+            next_page_token: if next < total { next.to_string() } else { String::new() },
+        })
+    }
+
+    /// ReleaseHold: lifts the hold `id` now, for an operator.
+    pub fn release_hold(&self, id: &str, operator: bool) -> Result<Shown, Error> {
+        let fleet = self.fleet()?;
+        if !operator {
+            return Err(Error::new(ErrorKind::PermissionDenied, RELEASE_DENIED));
+        }
+        check_len("id", id, MAX_ID)?;
+        if id.is_empty() {
+            return Err(Error::invalid("id", "is required"));
+        }
+        let h = fleet
+            .release(id, UnixMillis::now())
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no hold {id:?} is in force")))?;
+        tracing::info!(hold = %h.id, kind = h.kind.as_str(), dependency = %h.key.dependency, "hold released by an operator");
+        Ok(Shown::clear(h))
+    }
+
+    /// WatchHolds: the holds in force as placed, then every change, until
+    /// the server drains (UNAVAILABLE) or the watcher goes away.
+    pub fn watch_holds(&self, filter: HoldFilter<'_>, operator: bool) -> Result<WatchEvents, Error> {
+        let fleet = Arc::clone(self.fleet()?);
+        filter.check()?;
+        let (catalog, dependency, tenant) = (
+            filter.catalog.to_owned(),
+            filter.dependency.to_owned(),
+            filter.tenant.to_owned(),
+        );
+        let mut draining = self.draining.clone();
+        // Subscribe before the snapshot: a change in between is seen twice, never missed.
+        let mut events = fleet.mirror().subscribe();
+        let initial = fleet.list(&catalog, &dependency, &tenant, UnixMillis::now());
+        // A small channel: a slow watcher slows only its own task, and lags
+        // out of the broadcast.
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            for h in initial {
+                let ev = WatchEvent {
+                    kind: HoldEventKind::Placed,
+                    hold: shown(&fleet, h, operator),
+                };
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                if *draining.borrow_and_update() {
+                    let _ = tx
+                        .send(Err(Error::new(
+                            ErrorKind::Unavailable,
+                            "server is shutting down; watch again elsewhere",
+                        )))
+                        .await;
+                    return;
+                }
+                tokio::select! {
+                    changed = draining.changed() => {
+                        if changed.is_err() {
+                            // The server is gone without a drain signal: end quietly.
+                            return;
+                        }
+                    }
+                    received = events.recv() => match received {
+                        Ok(e) => {
+                            if !matches(&e.hold, &catalog, &dependency, &tenant) {
+                                continue;
+                            }
+                            let ev = WatchEvent { kind: e.kind, hold: shown(&fleet, e.hold, operator) };
+                            if tx.send(Ok(ev)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                            // Too slow a reader: say so and end, rather than silently skip events.
+                            let _ = tx.send(Err(Error::new(
+                                ErrorKind::ResourceExhausted,
+                                format!("watch fell {missed} events behind; watch again"),
+                            ))).await;
+                            return;
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+}
