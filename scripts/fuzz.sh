@@ -46,7 +46,7 @@ for target in "${TARGETS[@]}"; do
   # -timeout: one input running over 10 s is a hang; -rss_limit_mb: a leak
   # or a blow-up is a crash; the outer timeout bounds everything else.
   # classify_request: -detect_leaks=0. The service keeps ClassifyBatch
-  # storage in bounded pools across calls (src/grpc/pool.rs), so most inputs
+  # storage in bounded pools across calls (src/grpc/wire/pool.rs), so most inputs
   # end with more mallocs than frees; libFuzzer then runs LeakSanitizer after
   # that input, which slowed the target from ~22 000 to ~3 700 execs/s while
   # finding nothing (the pools are reachable from statics). Unbounded growth

@@ -18,8 +18,11 @@ own descendants are left out of the cycle checks. Test code (a `tests.rs` or
 to the cycle checks: a module's tests may build their inputs with the
 neighbours that use it.
 
-    python3 scripts/layers.py            # check; exit 1 on a violation
-    python3 scripts/layers.py --graph    # also print every file edge
+    python3 scripts/layers.py              # check; exit 1 on a violation
+    python3 scripts/layers.py --graph      # also print every file edge
+    python3 scripts/layers.py --self-test  # plant violations in a copy; each must be caught
+
+The layer table of docs/architecture.md is checked against LAYERS too.
 """
 
 import re
@@ -36,7 +39,7 @@ LAYERS = [
     ("fleet", ["fleet"]),
     ("service", ["service"]),
     ("shared by the doors", ["doors"]),
-    ("doors", ["grpc", "http"]),
+    ("the doors", ["grpc", "http"]),
     ("server", ["server"]),
     ("offline policy tools", ["safety"]),
     ("cli", ["cli"]),
@@ -45,6 +48,7 @@ LAYERS = [
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
+DOC = ROOT / "docs" / "architecture.md"
 
 
 def module_of(path: Path):
@@ -347,6 +351,7 @@ def main():
         for comp in sccs(nodes, g):
             where = "/".join(("src",) + parent)
             problems.append(f"folder cycle in {where}/: " + " <-> ".join(comp))
+    problems += doc_problems()
     for p in problems:
         print(p)
     n_edges = sum(len(t) for t in edges.values())
@@ -356,5 +361,58 @@ def main():
     print(f"layers: OK ({len(files)} files, {n_edges} imports, {len(LAYERS)} layers, no cycle)")
 
 
+def doc_problems():
+    """Every layer of LAYERS is a row of the doc's table, in order, naming its folders."""
+    if not DOC.exists():
+        return []
+    rows = [l for l in DOC.read_text().splitlines() if re.match(r"\| \d+ \|", l)]
+    out = []
+    if len(rows) != len(LAYERS):
+        return [f"{DOC.name}: {len(rows)} layer rows, scripts/layers.py has {len(LAYERS)}"]
+    for row, (name, prefixes) in zip(rows, LAYERS):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if cells[1] != name:
+            out.append(f"{DOC.name}: layer {cells[0]} is {cells[1]!r}, scripts/layers.py says {name!r}")
+        for p in prefixes:
+            if f"src/{p}" not in cells[2]:
+                out.append(f"{DOC.name}: layer {name!r} does not name src/{p}")
+    return out
+
+
+def self_test():
+    """Copies src/ to a scratch folder, plants each kind of violation in
+    turn, and checks the checker reports it (and passes the clean copy)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    plants = [
+        ("src/core/time.rs", "use crate::service::Service;\n", "upward import: src/core/time.rs"),
+        ("src/http/routes.rs", "use crate::grpc::pb;\n", "sideways import: src/http/routes.rs"),
+        ("src/fleet/caller.rs", "use crate::fleet::memory::MemoryStore;\n", None),
+        ("src/fleet/memory.rs", "use crate::fleet::caller::PlacementLimiter;\n", "file cycle"),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        shutil.copytree(SRC, root / "src")
+        shutil.copytree(ROOT / "scripts", root / "scripts")
+        shutil.copytree(ROOT / "docs", root / "docs")
+        run = lambda: subprocess.run([sys.executable, str(root / "scripts" / "layers.py")], capture_output=True, text=True)
+        clean = run()
+        assert clean.returncode == 0, clean.stdout
+        for path, line, expect in plants:
+            f = root / path
+            f.write_text(line + f.read_text())
+            if expect is None:
+                continue
+            r = run()
+            assert r.returncode == 1 and expect in r.stdout, f"{path}: expected {expect!r}, got:\n{r.stdout}"
+            print(f"self-test: caught {expect} ({path})")
+    print("layers self-test: OK")
+
+
 if __name__ == "__main__":
-    main()
+    if "--self-test" in sys.argv:
+        self_test()
+    else:
+        main()

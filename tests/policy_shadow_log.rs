@@ -3,8 +3,9 @@
 //! `retry_with_limit`) and a decision log, under a bounded load of a mix of
 //! failures (some of them placing fleet holds). The shadow reports exactly
 //! the expected disagreements; the log has one line per decision answered
-//! and replays to zero changes under the live policy and to exactly the
-//! flipped decisions under the shadow one.
+//! and replays to zero changes under the live policy — with holds in force
+//! and a retry budget spent mid-run, both fed back from the log — and to
+//! exactly the flipped decisions under the shadow one.
 
 mod grpc_support;
 
@@ -30,6 +31,11 @@ fn flipped_vibecode() -> String {
     format!("{head}{needle}{tail}")
 }
 
+/// The dependency whose retry budget (grpc's: 20 % + 10/s over 10 s) the
+/// mix spends: 10 first attempts are reported, so it allows 102 retries in
+/// its window and the mix's ~160 retries of it run it out.
+const BUDGETED: &str = "inventory-1";
+
 /// The mix: index 0 is the flipped decision.
 fn mix() -> Vec<pb::Failure> {
     use pb::OperationKind::{Read, Write};
@@ -39,6 +45,8 @@ fn mix() -> Vec<pb::Failure> {
     let mut quota = failure("frontspin", "RATE_LIMITED", Write);
     quota.tenant = "acme".into();
     quota.dependency = "frontspin-eu".into();
+    let mut budgeted = failure("grpc", "UNAVAILABLE", Read);
+    budgeted.dependency = BUDGETED.into();
     let mut keyed = failure("vibecode", "BITRIX_TIMEOUT", Read);
     keyed.idempotency_key = "deal-42".into();
     keyed.request_id = "req-1".into();
@@ -49,6 +57,7 @@ fn mix() -> Vec<pb::Failure> {
         quota,
         failure("vibecode", "TOKEN_REFRESH_FAILED", Write),
         failure("grpc", "UNAVAILABLE", Read),
+        budgeted,
     ]
 }
 
@@ -78,6 +87,22 @@ async fn shadow_disagreements_and_a_complete_log_that_replays() {
         "--decision-log-key-file",
         dir.join("log.key").to_str().unwrap(),
     ]);
+
+    // First attempts on the budgeted dependency: its scope is budgeted.
+    server
+        .client()
+        .await
+        .report_outcomes(pb::ReportOutcomesRequest {
+            counts: vec![pb::OutcomeCount {
+                catalog: "grpc".into(),
+                dependency: BUDGETED.into(),
+                requests: 10,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect("report");
 
     let mix = mix();
     let mut tasks = Vec::new();
@@ -141,6 +166,25 @@ async fn shadow_disagreements_and_a_complete_log_that_replays() {
     .await;
     assert!(!text.contains("acme") && !text.contains("deal-42") && !text.contains("req-1"));
     assert!(text.lines().all(|l| l.starts_with("{\"v\":1,")));
+    // Holds and budgets are in the log, so the replay below covers both:
+    // some retries met the budget with room, later ones met it spent.
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.iter().any(|l| !l["hold"].is_null()), "a hold was logged");
+    let budgets: Vec<&serde_json::Value> = lines.iter().filter_map(|l| l.get("budget")).collect();
+    assert!(
+        budgets.iter().any(|b| b["exhausted"] == false),
+        "a retry met the budget with room"
+    );
+    assert!(
+        budgets.iter().any(|b| b["exhausted"] == true),
+        "a retry met the budget spent"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["decision"]["strategy"] == "budget" && l["failure"]["dependency"] == BUDGETED),
+        "a spent budget deferred a retry"
+    );
     assert_eq!(sample(&server.scrape(), "retryd_decision_log_dropped_total"), Some(0.0));
 
     let (code, same) = replay(&log, "embedded");

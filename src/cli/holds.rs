@@ -9,7 +9,7 @@ use tonic::Request;
 use tonic::transport::Channel;
 
 use crate::core::UnixMillis;
-use crate::grpc::convert::millis_from_timestamp;
+use crate::grpc::convert::{hold_event_from_proto, hold_kind_from_proto, hold_scope_from_proto, millis_from_timestamp};
 use crate::grpc::pb::{self, retry_decision_service_client::RetryDecisionServiceClient};
 
 /// Exit code: bad arguments or files.
@@ -247,32 +247,18 @@ pub(crate) async fn connect(conn: &Connection) -> Result<RetryDecisionServiceCli
     }
 }
 
-fn kind_word(k: pb::HoldKind) -> &'static str {
-    match k {
-        pb::HoldKind::Pause => "pause",
-        pb::HoldKind::QuotaStop => "quota_stop",
-        pb::HoldKind::Quarantine => "quarantine",
-        pb::HoldKind::CircuitOpen => "circuit_open",
-        pb::HoldKind::Unspecified => "unspecified",
-    }
+// The words are the core's (`core::words`), as the server's logs and the
+// HTTP door spell them; numbers this build does not know print as such.
+fn kind_word(k: i32) -> &'static str {
+    hold_kind_from_proto(k).map_or("unspecified", |k| k.as_str())
 }
 
-fn scope_word(s: pb::Scope) -> &'static str {
-    match s {
-        pb::Scope::Tenant => "tenant",
-        pb::Scope::Dependency => "dependency",
-        pb::Scope::Method => "method",
-        pb::Scope::Request | pb::Scope::Unspecified => "request",
-    }
+fn scope_word(s: i32) -> &'static str {
+    hold_scope_from_proto(s).map_or("request", |s| s.as_str())
 }
 
-fn event_word(k: pb::HoldEventKind) -> &'static str {
-    match k {
-        pb::HoldEventKind::Placed => "placed",
-        pb::HoldEventKind::Extended => "extended",
-        pb::HoldEventKind::Lifted => "lifted",
-        pb::HoldEventKind::Unspecified => "unspecified",
-    }
+fn event_word(k: i32) -> &'static str {
+    hold_event_from_proto(k).map_or("unspecified", |k| k.as_str())
 }
 
 fn instant(t: &Option<prost_types::Timestamp>) -> String {
@@ -290,8 +276,8 @@ fn render(event: Option<pb::HoldEventKind>, h: &pb::Hold, format: &str) -> Strin
             "dependency": h.dependency,
             "tenant": h.tenant,
             "method": h.method,
-            "scope": scope_word(h.scope()),
-            "kind": kind_word(h.kind()),
+            "scope": scope_word(h.scope),
+            "kind": kind_word(h.kind),
             "since": instant(&h.since),
             "until": instant(&h.until),
             "code": h.code,
@@ -299,7 +285,7 @@ fn render(event: Option<pb::HoldEventKind>, h: &pb::Hold, format: &str) -> Strin
             "reason": h.reason,
         });
         if let (Some(e), Some(obj)) = (event, v.as_object_mut()) {
-            obj.insert("event".to_owned(), serde_json::Value::from(event_word(e)));
+            obj.insert("event".to_owned(), serde_json::Value::from(event_word(e as i32)));
         }
         return v.to_string();
     }
@@ -315,9 +301,9 @@ fn render(event: Option<pb::HoldEventKind>, h: &pb::Hold, format: &str) -> Strin
     };
     format!(
         "{}{} {} {}/{}{} until {} ({left} s left) code={} rule={}",
-        event.map(|e| format!("{} ", event_word(e))).unwrap_or_default(),
+        event.map(|e| format!("{} ", event_word(e as i32))).unwrap_or_default(),
         h.id,
-        kind_word(h.kind()),
+        kind_word(h.kind),
         h.catalog,
         h.dependency,
         subject,

@@ -23,6 +23,12 @@ pub enum HoldEventKind {
     Lifted,
 }
 
+crate::words!(HoldEventKind {
+    Placed => "placed",
+    Extended => "extended",
+    Lifted => "lifted",
+});
+
 /// A change to the holds in force, for watchers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HoldEvent {

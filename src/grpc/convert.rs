@@ -400,6 +400,37 @@ pub fn shown_to_proto(s: &Shown) -> pb::Hold {
     hold_to_proto(&s.hold, &s.tenant)
 }
 
+/// Wire number → [`HoldKind`] (unknown numbers: `None`).
+pub fn hold_kind_from_proto(n: i32) -> Option<HoldKind> {
+    match pb::HoldKind::try_from(n) {
+        Ok(pb::HoldKind::Pause) => Some(HoldKind::Pause),
+        Ok(pb::HoldKind::QuotaStop) => Some(HoldKind::QuotaStop),
+        Ok(pb::HoldKind::Quarantine) => Some(HoldKind::Quarantine),
+        Ok(pb::HoldKind::CircuitOpen) => Some(HoldKind::CircuitOpen),
+        Ok(pb::HoldKind::Unspecified) | Err(_) => None,
+    }
+}
+
+/// Wire number → [`HoldScope`] (request, unspecified and unknown: `None`).
+pub fn hold_scope_from_proto(n: i32) -> Option<HoldScope> {
+    match pb::Scope::try_from(n) {
+        Ok(pb::Scope::Tenant) => Some(HoldScope::Tenant),
+        Ok(pb::Scope::Dependency) => Some(HoldScope::Dependency),
+        Ok(pb::Scope::Method) => Some(HoldScope::Method),
+        Ok(pb::Scope::Request | pb::Scope::Unspecified) | Err(_) => None,
+    }
+}
+
+/// Wire number → [`HoldEventKind`] (unknown numbers: `None`).
+pub fn hold_event_from_proto(n: i32) -> Option<HoldEventKind> {
+    match pb::HoldEventKind::try_from(n) {
+        Ok(pb::HoldEventKind::Placed) => Some(HoldEventKind::Placed),
+        Ok(pb::HoldEventKind::Extended) => Some(HoldEventKind::Extended),
+        Ok(pb::HoldEventKind::Lifted) => Some(HoldEventKind::Lifted),
+        Ok(pb::HoldEventKind::Unspecified) | Err(_) => None,
+    }
+}
+
 /// What happened to a hold → proto enum.
 pub fn hold_event_to_proto(k: HoldEventKind) -> pb::HoldEventKind {
     match k {

@@ -37,6 +37,13 @@ fn catalog(c: &Catalog, locale: Locale) -> Value {
         "write_words": c.write_words(),
         "max_delay_ms": c.max_delay_ms,
         "quota_reset": c.quota.as_ref().map(|q| q.describe()).unwrap_or_default(),
+        "budgets": c.budgets.iter().map(|b| json!({
+            "scope": b.scope,
+            "window_ms": b.window_ms,
+            "retry_percent": b.retry_percent,
+            "min_retries_per_sec": b.min_retries_per_sec,
+            "requests": b.requests,
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -8,13 +8,54 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Decision, UnixMillis};
+use crate::core::{Decision, SideEffectState, Strategy, UnixMillis, Verdict};
+
+/// An enum the decision log names by its word, whose proto name is the
+/// word in capitals behind a prefix (`VERDICT_RETRY_WITH_LIMIT`).
+pub trait ProtoNamed: Copy + 'static {
+    /// The proto enum's value prefix.
+    const PREFIX: &'static str;
+    /// The value a core word names.
+    fn from_word(word: &str) -> Option<Self>;
+    /// Its core word.
+    fn word(self) -> &'static str;
+}
+
+macro_rules! proto_named {
+    ($ty:ident, $prefix:literal) => {
+        impl ProtoNamed for $ty {
+            const PREFIX: &'static str = $prefix;
+            fn from_word(word: &str) -> Option<Self> {
+                $ty::from_word(word)
+            }
+            fn word(self) -> &'static str {
+                self.as_str()
+            }
+        }
+    };
+}
+proto_named!(Verdict, "VERDICT_");
+proto_named!(Strategy, "STRATEGY_");
+proto_named!(SideEffectState, "SIDE_EFFECT_STATE_");
+
+/// Reads a logged word written either as the core's word or as the proto
+/// name (a log written by a tool that printed the gRPC JSON form), so
+/// `retryd replay` compares like with like. A word neither knows is kept
+/// as written: the replay then reports it as a change rather than failing.
+fn either_spelling<'de, T: ProtoNamed, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
+    let given = String::deserialize(d)?;
+    let word = given
+        .strip_prefix(T::PREFIX)
+        .map_or_else(|| given.clone(), str::to_ascii_lowercase);
+    Ok(T::from_word(&word).map_or(Cow::Owned(given), |v| Cow::Borrowed(v.word())))
+}
 
 /// The fields of a decision a caller acts on, owned, comparable and
 /// serializable (the `decision` of a decision-log line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
     /// `retry_with_limit`, `state_verification_required`, ….
+    #[serde(deserialize_with = "either_spelling::<Verdict, _>")]
     pub verdict: Cow<'static, str>,
     /// ASC `safe`.
     pub safe: bool,
@@ -25,10 +66,12 @@ pub struct Outcome {
     /// Top of the jitter window.
     pub max_after_ms: u64,
     /// How the delay was computed.
+    #[serde(deserialize_with = "either_spelling::<Strategy, _>")]
     pub strategy: Cow<'static, str>,
     /// The attempt budget.
     pub max_attempts: u32,
     /// `none`, `possible`, `confirmed`, `unknown`.
+    #[serde(deserialize_with = "either_spelling::<SideEffectState, _>")]
     pub side_effect_state: Cow<'static, str>,
     /// Machine-readable action, if any.
     pub reconciliation_action: Option<String>,
@@ -192,5 +235,34 @@ impl Outcome {
             ));
         }
         (!why.is_empty()).then(|| why.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_logged_outcome_reads_in_either_spelling() {
+        let line = |verdict: &str, strategy: &str, side: &str| {
+            serde_json::json!({
+                "verdict": verdict, "safe": true, "retryable": true, "after_ms": 1, "max_after_ms": 2,
+                "strategy": strategy, "max_attempts": 3, "side_effect_state": side,
+                "reconciliation_action": null, "required_transition": null, "terminal_state": null,
+                "hold": null, "hold_until_ms": null, "rule": "r"
+            })
+        };
+        let words: Outcome = serde_json::from_value(line("retry_with_limit", "exponential_backoff", "none")).unwrap();
+        let proto: Outcome = serde_json::from_value(line(
+            "VERDICT_RETRY_WITH_LIMIT",
+            "STRATEGY_EXPONENTIAL_BACKOFF",
+            "SIDE_EFFECT_STATE_NONE",
+        ))
+        .unwrap();
+        assert_eq!(words, proto);
+        assert!(proto.changes_from(&words).is_empty());
+        let odd: Outcome = serde_json::from_value(line("maybe", "exponential_backoff", "none")).unwrap();
+        assert_eq!(odd.verdict, "maybe");
+        assert_eq!(odd.changes_from(&words).len(), 1);
     }
 }
