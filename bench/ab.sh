@@ -3,6 +3,16 @@
 #
 #   bench/ab.sh OLD_RETRYD NEW_RETRYD [RETRYD_LOAD]   # 5 rounds of 6 s runs
 #   ROUNDS=7 DUR=8s bench/ab.sh old new
+#   CALLGRIND=1 bench/ab.sh old new                     # instructions per call instead
+#
+# CALLGRIND=1: each binary serves under valgrind --tool=callgrind in turn;
+# after a warm-up the counters are zeroed and retryd-load sends CALLS calls
+# (c=50, 1 connection; the realistic mix of src/bin/retryd-load/workload.rs,
+# where most failures name a dependency, so holds are placed and met, and
+# budgets count) of each kind: Classify, ClassifyBatch (1 000 items; per
+# decision), Admit, health Check. Instructions per call are exact, so the
+# ratio holds on a busy 2-core machine, where CPU time swings by ±20 %
+# from round to round.
 #
 # Both binaries serve side by side on free loopback ports with the default
 # configuration (`--state memory`, the embedded catalogs' holds and budgets;
@@ -32,6 +42,45 @@ for bin in "$OLD" "$NEW" "$LOAD" "$GHZ"; do
 done
 
 WORK="$(mktemp -d)"
+if [[ -n "${CALLGRIND:-}" ]]; then
+  command -v valgrind >/dev/null && command -v callgrind_control >/dev/null ||
+    { echo "ab.sh: CALLGRIND=1 needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+  CALLS="${CALLS:-20000}"
+  trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+  # ir BIN CALL N [BATCH]: instructions per call (per decision for a batch).
+  ir() {
+    local bin="$1" call="$2" n="$3" batch="${4:-}" logf="$WORK/serve.log" out="$WORK/cg" pid per
+    rm -f "$out".*
+    valgrind --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no \
+      "$bin" serve --listen 127.0.0.1:0 --metrics-listen off 2>"$logf" &
+    pid=$!
+    local addr=""
+    for _ in $(seq 600); do
+      addr="$(grep -o 'listening on [0-9.:]*' "$logf" | awk '{print $3}' || true)"
+      [[ -n "$addr" ]] && break
+      sleep 0.1
+    done
+    [[ -n "$addr" ]] || { cat "$logf" >&2; exit 1; }
+    local extra=()
+    [[ -n "$batch" ]] && extra=(--batch-size "$batch")
+    "$LOAD" --addr "http://$addr" --call "$call" "${extra[@]}" -c 50 --connections 1 -n $((n / 10)) --json >/dev/null
+    callgrind_control -z "$pid" >/dev/null
+    "$LOAD" --addr "http://$addr" --call "$call" "${extra[@]}" -c 50 --connections 1 -n "$n" --json >"$WORK/load.json"
+    callgrind_control -d "$pid" >/dev/null
+    sleep 1
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    per=$((n * ${batch:-1}))
+    grep -h '^summary:' "$out".* | awk -v per="$per" '{ s += $2 } END { printf "%.0f\n", s / per }'
+  }
+  printf '%-22s %14s %14s %8s\n' "call" "old instr" "new instr" "new/old"
+  for spec in "classify classify $CALLS" "batch(1000)/decision batch $((CALLS / 100)) 1000" "admit admit $CALLS" "health health $CALLS"; do
+    read -r name call n batch <<<"$spec"
+    o="$(ir "$OLD" "$call" "$n" "${batch:-}")"
+    w="$(ir "$NEW" "$call" "$n" "${batch:-}")"
+    printf '%-22s %14s %14s %8.3f\n' "$name" "$o" "$w" "$(python3 -c "print($w / $o)")"
+  done
+  exit 0
+fi
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done

@@ -129,3 +129,101 @@ async fn the_holds_cli_lists_and_releases_as_the_rpc_does() {
     let (code, _, err) = cli(&["list", "--addr", "http://[::bad"]);
     assert_eq!(code, Some(2), "{err}");
 }
+
+/// ClassifyBatch decides with fleet memory as Classify does (one decision
+/// path): an item's hold is placed and floors the retries of the items
+/// after it on the same dependency, each answer carries the hold in force,
+/// and a budgeted dependency's retries carry their budget.
+#[tokio::test]
+async fn a_batch_places_holds_floors_retries_and_reports_budgets() {
+    use retryd::grpc::pb;
+    let dir = scenarios::setup("batch");
+    let s = memory_server(&dir);
+    let mut client = s.client().await;
+    // First attempts on a budgeted dependency (grpc: 20 % + 10/s over 10 s).
+    client
+        .admit(pb::AdmitRequest {
+            catalog: "grpc".into(),
+            dependency: "inventory-1".into(),
+            attempt: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("admit");
+    let item = |catalog: &str, code: &str, op: pb::OperationKind, dependency: &str, retry_after: &str| pb::Failure {
+        catalog: catalog.into(),
+        code: code.into(),
+        operation: op as i32,
+        attempt: 1,
+        dependency: dependency.into(),
+        retry_after: retry_after.into(),
+        ..Default::default()
+    };
+    let answer = client
+        .classify_batch(pb::ClassifyBatchRequest {
+            failures: vec![
+                // No hold yet on portal-batch: an ordinary backoff.
+                item(
+                    "vibecode",
+                    "BITRIX_TIMEOUT",
+                    pb::OperationKind::Read,
+                    "portal-batch",
+                    "",
+                ),
+                // A queue overflow with a Retry-After pauses the dependency for everyone.
+                item(
+                    "vibecode",
+                    "QUEUE_OVERFLOW",
+                    pb::OperationKind::Write,
+                    "portal-batch",
+                    "30",
+                ),
+                // Now held: the read's retry waits for the pause.
+                item(
+                    "vibecode",
+                    "BITRIX_TIMEOUT",
+                    pb::OperationKind::Read,
+                    "portal-batch",
+                    "",
+                ),
+                item("grpc", "UNAVAILABLE", pb::OperationKind::Read, "inventory-1", ""),
+            ],
+            locale: String::new(),
+        })
+        .await
+        .expect("batch")
+        .into_inner();
+    let decision = |i: usize| match &answer.results[i].outcome {
+        Some(pb::batch_result::Outcome::Decision(d)) => d.clone(),
+        other => panic!("item {i}: {other:?}"),
+    };
+    let (before, placed, after, budgeted) = (decision(0), decision(1), decision(2), decision(3));
+    assert!(before.hold.is_none(), "{before:?}");
+    let pause = placed.hold.as_ref().expect("the overflow's own pause is in force");
+    assert_eq!(
+        (pause.kind(), pause.dependency.as_str()),
+        (pb::HoldKind::Pause, "portal-batch")
+    );
+    let held = after.hold.as_ref().expect("the pause covers the read after it");
+    assert_eq!(held.id, pause.id);
+    let retry = after.retry.as_ref().expect("retry");
+    assert_eq!(retry.strategy(), pb::Strategy::Hold, "{after:?}");
+    assert!(retry.after_ms >= 29_000, "{retry:?}");
+    let budget = budgeted.budget.as_ref().expect("the budgeted dependency's standing");
+    assert_eq!((budget.requests, budget.retries), (1, 1), "{budget:?}");
+    assert!(budget.scope_key.contains("inventory-1"), "{budget:?}");
+    // The hold is the fleet's: ListHolds shows it.
+    let holds = client
+        .list_holds(pb::ListHoldsRequest {
+            dependency: "portal-batch".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .holds;
+    assert_eq!(
+        holds.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(),
+        [pause.id.as_str()]
+    );
+}

@@ -135,7 +135,7 @@ pub struct ServeArgs {
     pub fleet: super::fleet::FleetArgs,
     /// Shadow policy and decision log.
     #[command(flatten)]
-    pub tap: super::tap::TapArgs,
+    pub tap: super::observe::tap::TapArgs,
 }
 
 /// Default of `--max-concurrent-calls`: far above what two cores answer

@@ -25,7 +25,6 @@
 
 pub mod admission;
 pub mod config;
-pub mod decision_log;
 pub mod drain;
 pub mod fleet;
 pub mod health_probe;
@@ -34,13 +33,10 @@ pub mod message_limit;
 pub mod metrics;
 pub mod observe;
 pub mod panic;
-pub mod process_metrics;
 pub mod reload;
 pub mod run;
-pub mod shadow;
 pub mod shutdown;
 pub mod socket;
-pub mod tap;
 pub mod tls;
 pub mod wire;
 
@@ -139,7 +135,7 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         // handled before the server listens.
         metrics::install();
         // After the recorder, so the shadow's and the log's counters land in it.
-        observing = observe::build(&args).map_err(ServerError::Config)?;
+        observing = observe::build(&args.tap, &source).map_err(ServerError::Config)?;
         let _reload = reload::start(reload::Reloader::new(source, Arc::clone(&handle)), args.policy_watch);
         let _shadow_reload = observing
             .shadow_reloader

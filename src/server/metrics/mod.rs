@@ -19,6 +19,8 @@
 //! Labels never carry client-chosen strings: a path that is not one of the
 //! served methods is counted as `unknown`/`unknown`.
 
+pub mod process;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -265,7 +267,7 @@ fn respond(handle: &PrometheusHandle, method: &http::Method, path: &str) -> http
         (&http::Method::GET | &http::Method::HEAD, "/metrics") => {
             (http::StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", {
                 let mut page = handle.render();
-                super::process_metrics::render(&mut page);
+                process::render(&mut page);
                 page
             })
         }

@@ -1,17 +1,20 @@
 //! Builds the shadow policy and the decision log from `retryd serve`'s
 //! flags (see [`super::tap::TapArgs`]).
 
+pub mod decision_log;
+pub mod shadow;
+pub mod tap;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use super::config::ServeArgs;
-use super::decision_log::{self, DECISION_LOG_DROPPED_TOTAL, LogConfig};
 use super::reload::{self, PolicySource, Reloader};
-use super::shadow::{self, SHADOW_DROPPED_TOTAL};
-use super::tap::{Lane, Tap};
 use crate::service::record::Hasher;
+use decision_log::{DECISION_LOG_DROPPED_TOTAL, LogConfig};
+use shadow::SHADOW_DROPPED_TOTAL;
+use tap::{Lane, Tap, TapArgs};
 
 /// What `serve` runs beside the service for `--shadow-policy` and `--decision-log`.
 #[derive(Debug, Default)]
@@ -38,9 +41,10 @@ impl Observing {
     }
 }
 
-/// Loads the shadow policy and opens the decision log; an error is the configuration's (exit 2).
-pub fn build(args: &ServeArgs) -> Result<Observing, String> {
-    let t = &args.tap;
+/// Loads the shadow policy (read like `live`, the live policy's source:
+/// the same default catalog and file size limit) and opens the decision
+/// log; an error is the configuration's (exit 2).
+pub fn build(t: &TapArgs, live: &PolicySource) -> Result<Observing, String> {
     let mut out = Observing::default();
     let mut tap = Tap {
         shadow: None,
@@ -49,8 +53,8 @@ pub fn build(args: &ServeArgs) -> Result<Observing, String> {
     if !t.shadow_policy.is_empty() {
         let source = PolicySource {
             paths: t.shadow_policy.clone(),
-            default_catalog: args.default_catalog.clone(),
-            max_file_bytes: args.max_policy_bytes,
+            default_catalog: live.default_catalog.clone(),
+            max_file_bytes: live.max_file_bytes,
         };
         let policy = source.load().map_err(|e| {
             format!(
