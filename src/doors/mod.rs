@@ -18,3 +18,20 @@ pub mod overload;
 pub mod peers;
 pub mod render;
 pub mod traces;
+
+use crate::service::ErrorKind;
+
+/// The canonical (gRPC) code of a refused operation: gRPC answers it, the
+/// HTTP door puts it in its `google.rpc.Status` and picks the HTTP status
+/// from it.
+pub fn code_of(kind: ErrorKind) -> tonic::Code {
+    match kind {
+        ErrorKind::InvalidArgument => tonic::Code::InvalidArgument,
+        ErrorKind::NotFound => tonic::Code::NotFound,
+        ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
+        ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
+        ErrorKind::ResourceExhausted => tonic::Code::ResourceExhausted,
+        ErrorKind::Unavailable => tonic::Code::Unavailable,
+        ErrorKind::Internal => tonic::Code::Internal,
+    }
+}

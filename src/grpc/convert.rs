@@ -22,10 +22,11 @@ use crate::core::{
     Decision, Failure, Operation, ReadBack, RetryContract, Scope, SideEffectState, Strategy, TargetReached, UnixMillis,
     Verdict,
 };
+use crate::doors::code_of;
 use crate::fleet::HoldEventKind;
 use crate::fleet::budget::Judged;
 use crate::service::holds::Shown;
-use crate::service::{Error, ErrorKind, InputNotes, Violation};
+use crate::service::{Error, InputNotes, Violation};
 
 /// Borrows a core [`Failure`] from a decoded proto failure; `locale` is the
 /// request's raw locale tag (the core parses it).
@@ -471,19 +472,6 @@ pub fn verdict_from_proto(n: i32) -> Option<Verdict> {
         Ok(pb::Verdict::DoNotRetry) => Some(Verdict::DoNotRetry),
         Ok(pb::Verdict::AlreadyApplied) => Some(Verdict::AlreadyApplied),
         Ok(pb::Verdict::Unspecified) | Err(_) => None,
-    }
-}
-
-/// The gRPC code of a refusal.
-pub fn code_of(kind: ErrorKind) -> Code {
-    match kind {
-        ErrorKind::InvalidArgument => Code::InvalidArgument,
-        ErrorKind::NotFound => Code::NotFound,
-        ErrorKind::PermissionDenied => Code::PermissionDenied,
-        ErrorKind::FailedPrecondition => Code::FailedPrecondition,
-        ErrorKind::ResourceExhausted => Code::ResourceExhausted,
-        ErrorKind::Unavailable => Code::Unavailable,
-        ErrorKind::Internal => Code::Internal,
     }
 }
 

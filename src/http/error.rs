@@ -8,7 +8,7 @@ use http::{HeaderValue, StatusCode};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::service::{Error, ErrorKind, Violation};
+use crate::service::{Error, Violation};
 
 /// The `@type` of a BadRequest detail.
 pub const BAD_REQUEST_TYPE: &str = "type.googleapis.com/google.rpc.BadRequest";
@@ -59,16 +59,7 @@ impl ApiError {
     /// A refused service operation: its kind's code and status, and the
     /// field at fault.
     pub fn from_error(e: &Error) -> Self {
-        let code = match e.kind {
-            ErrorKind::InvalidArgument => Code::InvalidArgument,
-            ErrorKind::NotFound => Code::NotFound,
-            ErrorKind::PermissionDenied => Code::PermissionDenied,
-            ErrorKind::FailedPrecondition => Code::FailedPrecondition,
-            ErrorKind::ResourceExhausted => Code::ResourceExhausted,
-            ErrorKind::Unavailable => Code::Unavailable,
-            ErrorKind::Internal => Code::Internal,
-        };
-        let mut out = ApiError::new(code, e.message.clone());
+        let mut out = ApiError::new(crate::doors::code_of(e.kind), e.message.clone());
         if let Some(v) = &e.violation {
             out.violations.push((v.field.clone(), v.description.clone()));
         }
