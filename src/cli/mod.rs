@@ -1,4 +1,5 @@
-//! The command line: `retryd classify`, `serve`, `health`, `policy`, `holds`, `budgets`, `replay`.
+//! The command line, the top layer (see `docs/architecture.md`): `retryd
+//! classify`, `serve`, `health`, `policy`, `holds`, `budgets`, `replay`.
 
 pub mod budgets;
 pub mod classify;

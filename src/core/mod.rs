@@ -1,5 +1,9 @@
-//! The pure decision core: no I/O, no clock, no gRPC types. Everything the
-//! adapters need is re-exported here.
+//! The pure decision core, the bottom layer (see `docs/architecture.md`):
+//! no I/O, no clock, no wire types; it imports nothing of the crate. What a
+//! failure means under a catalog ([`engine`]), and holds and budgets as
+//! arithmetic ([`hold`], [`budget`]); each enum's word is defined once
+//! ([`words`]). What a retry is under the fleet's holds and budgets is the
+//! service's: `crate::service::decide`.
 
 pub mod budget;
 pub mod catalog;

@@ -1,5 +1,7 @@
-//! Fleet memory: where holds are *stored* and shared (what a hold is and
-//! when it applies is decided in `core::hold`). Every replica keeps a
+//! Fleet memory, the layer above the core (see `docs/architecture.md`):
+//! where holds and budget counts are *stored* and shared (what a hold is and
+//! when it applies is decided in `core::hold`; how it changes a decision, in
+//! `crate::service::decide`). Every replica keeps a
 //! [`Mirror`] that calls read without waiting; a [`SharedStore`] (in memory,
 //! or Redis) carries changes between replicas off the call path.
 

@@ -1,4 +1,4 @@
-//! The offline policy tools: policy tests ([`test`]), an exhaustive diff of
+//! The offline policy tools: policy tests ([`mod@test`]), an exhaustive diff of
 //! two policies ([`diff`]) and replay of a decision log under another policy
 //! ([`replay`]).
 //!

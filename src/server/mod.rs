@@ -1,18 +1,21 @@
-//! `retryd serve` and `retryd health`: the gRPC server around the decision
-//! core, and a built-in health probe.
+//! `retryd serve` and `retryd health`: the assembly layer, above both doors
+//! (see `docs/architecture.md`) — it builds one [`crate::service::Service`],
+//! puts the gRPC and HTTP doors in front of it on one listener with their
+//! tower layers, and runs reload, the shadow policy and the decision log
+//! ([`observe`]) beside it; and a built-in health probe.
 //!
 //! - [`config`]: flags (each with a `RETRYD_*` environment twin);
 //! - [`mod@run`]: assembly; [`BoundServer`] / [`run()`] are the library entry
 //!   points tests use in-process;
-//! - [`metrics`], [`process_metrics`], [`drain`], [`mod@panic`], [`message_limit`], [`logging`], [`shutdown`]:
+//! - [`metrics`] (with the process's own), [`drain`], [`mod@panic`], [`message_limit`], [`logging`], [`shutdown`]:
 //!   the plumbing;
-//! - [`wire`], [`admission`], [`ledger`], [`answer`], [`overload`]: what a
-//!   client may send and hold (gRPC wire rules, call slots, buffered bytes,
-//!   stalled answers);
+//! - [`wire`], [`admission`]: what a client may send and hold (gRPC wire
+//!   rules; call slots, buffered bytes and stalled answers are counted by
+//!   `crate::doors`' ledger and answers, shared with the HTTP door);
 //! - [`mod@reload`]: `--policy` loading and hot reload (SIGHUP, file watch);
 //! - [`health_probe`]: `retryd health`;
-//! - [`tap`], [`shadow`], [`decision_log`]: `--shadow-policy` and
-//!   `--decision-log`, fed by the service's decision observer.
+//! - [`observe`]: `--shadow-policy` and `--decision-log`, fed by the
+//!   service's decision observer.
 //!
 //! Exit codes of `retryd serve`: 0 after a graceful stop (SIGTERM/SIGINT),
 //! 1 when the server cannot start or fails (e.g. the address is in use), a

@@ -9,7 +9,7 @@
 //!
 //! Nothing of one call may reach another: a decoded failure is `clear`ed
 //! before it is reused, every field of a reused decision is overwritten (see
-//! [`super::convert::decision_into_proto`]), and tests compare reused storage
+//! [`crate::grpc::convert::decision_into_proto`]), and tests compare reused storage
 //! with fresh storage field for field. What a pool keeps is bounded: at most
 //! [`POOLED`] messages of at most [`POOLED_ITEMS`] items each, and a decoded
 //! failure whose strings hold more than [`POOLED_FAILURE_BYTES`] is dropped

@@ -10,7 +10,7 @@
 //! - `grpc_server_msg_received_total` / `grpc_server_msg_sent_total`
 //!   `{grpc_type,grpc_service,grpc_method}`: messages, counted on the wire;
 //! - `retryd_build_info{version,revision}`, `retryd_shutdown_abandoned_calls_total`;
-//! - `process_*` (see [`super::process_metrics`]), rendered at each scrape;
+//! - `process_*` (see [`process`]), rendered at each scrape;
 //! - `retryd_decisions_total{catalog,verdict}` and `retryd_batch_items`
 //!   (recorded by the service, see [`crate::service::classify`]);
 //! - `retryd_policy_reload_total{result}`, `retryd_policy_info{version}` and

@@ -1,5 +1,6 @@
 //! Builds the shadow policy and the decision log from `retryd serve`'s
-//! flags (see [`super::tap::TapArgs`]).
+//! flags (see [`tap::TapArgs`]): [`tap`] copies each decision off the call path,
+//! [`shadow`] decides it again by a candidate policy, [`decision_log`] writes it.
 
 pub mod decision_log;
 pub mod shadow;
