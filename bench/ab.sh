@@ -41,12 +41,13 @@ for bin in "$OLD" "$NEW" "$LOAD" "$GHZ"; do
   [[ -x "$bin" ]] || { echo "ab.sh: $bin is not an executable" >&2; exit 2; }
 done
 
-WORK="$(mktemp -d)"
+NAME=ab
+# shellcheck source=fleet-lib.sh
+source "$ROOT/bench/fleet-lib.sh"
 if [[ -n "${CALLGRIND:-}" ]]; then
   command -v valgrind >/dev/null && command -v callgrind_control >/dev/null ||
     { echo "ab.sh: CALLGRIND=1 needs valgrind (apt-get install valgrind)" >&2; exit 2; }
   CALLS="${CALLS:-20000}"
-  trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
   # ir BIN CALL N [BATCH]: instructions per call (per decision for a batch).
   ir() {
     local bin="$1" call="$2" n="$3" batch="${4:-}" logf="$WORK/serve.log" out="$WORK/cg" pid per
@@ -81,34 +82,11 @@ if [[ -n "${CALLGRIND:-}" ]]; then
   done
   exit 0
 fi
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 trap 'exit 130' INT TERM
-log() { printf '[ab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# start NAME BIN: serves BIN; sets ADDR_<NAME> and PID_<NAME>.
-start() {
-  local logf="$WORK/$1.log" pid addr i
-  "$2" serve --listen 127.0.0.1:0 --metrics-listen off 2>"$logf" &
-  pid=$!
-  PIDS+=("$pid")
-  for i in $(seq 100); do
-    addr="$(grep -o 'listening on [0-9.:]*' "$logf" | awk '{print $3}' || true)"
-    [[ -n "$addr" ]] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$logf" >&2; exit 1; }
-    sleep 0.1
-  done
-  [[ -n "$addr" ]] || { echo "ab.sh: $2 did not start" >&2; cat "$logf" >&2; exit 1; }
-  printf -v "ADDR_$1" '%s' "$addr"
-  printf -v "PID_$1" '%s' "$pid"
-}
-start old "$OLD"
-start new "$NEW"
+# Default configuration: only the ports are set.
+serve old "$OLD"
+serve new "$NEW"
 log "old $OLD on $ADDR_old, new $NEW on $ADDR_new; $ROUNDS rounds of $DUR"
 
 # CPU ticks (utime + stime) of a process, every thread.

@@ -1,4 +1,4 @@
-# Shared by bench/fleet.sh, bench/budgets.sh and bench/fleet_callgrind.sh:
+# Shared by bench/fleet.sh, bench/budgets.sh, bench/fleet_callgrind.sh and bench/ab.sh:
 # a scratch directory and child processes cleaned up on exit, a real
 # redis-server on a free loopback port, release retryd replicas, and the
 # counters those benches read (server CPU from /proc, Redis commands from
@@ -44,13 +44,12 @@ start_redis() {
 # Redis commands served so far (INFO itself not counted).
 commands() { redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[=,:]' '/^cmdstat_/ && $1 != "cmdstat_info" { n += $3 } END { print n + 0 }'; }
 
-# start REPLICA STATE: `retryd serve --state STATE` on a free port; sets
-# PID_REPLICA and ADDR_REPLICA. Per-caller hold rates are lifted: one load
-# generator is one caller, and the benches place many holds on purpose.
-start() {
-  local logf="$WORK/$1.log"
-  "$RETRYD" serve --listen 127.0.0.1:0 --metrics-listen off --state "$2" \
-    --hold-placements-per-sec 100000 --dependency-holds-per-sec 100000 2>"$logf" &
+# serve NAME BIN [FLAGS...]: `BIN serve` on a free loopback port with
+# FLAGS; sets PID_NAME and ADDR_NAME once it listens.
+serve() {
+  local name="$1" bin="$2" logf="$WORK/$1.log"
+  shift 2
+  "$bin" serve --listen 127.0.0.1:0 --metrics-listen off "$@" 2>"$logf" &
   local pid=$!
   PIDS+=("$pid")
   local addr="" _
@@ -60,6 +59,13 @@ start() {
     sleep 0.1
   done
   [[ -n "$addr" ]] || { cat "$logf" >&2; exit 1; }
-  printf -v "PID_$1" '%s' "$pid"
-  printf -v "ADDR_$1" '%s' "$addr"
+  printf -v "PID_$name" '%s' "$pid"
+  printf -v "ADDR_$name" '%s' "$addr"
+}
+
+# start REPLICA STATE: `retryd serve --state STATE` (see serve). Per-caller
+# hold rates are lifted: one load generator is one caller, and the benches
+# place many holds on purpose.
+start() {
+  serve "$1" "$RETRYD" --state "$2" --hold-placements-per-sec 100000 --dependency-holds-per-sec 100000
 }

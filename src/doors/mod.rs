@@ -32,6 +32,5 @@ pub fn code_of(kind: ErrorKind) -> tonic::Code {
         ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
         ErrorKind::ResourceExhausted => tonic::Code::ResourceExhausted,
         ErrorKind::Unavailable => tonic::Code::Unavailable,
-        ErrorKind::Internal => tonic::Code::Internal,
     }
 }

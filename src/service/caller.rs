@@ -32,15 +32,3 @@ impl<'a> Caller<'a> {
         }
     }
 }
-
-impl<'a> From<&'a str> for Caller<'a> {
-    fn from(name: &'a str) -> Self {
-        Caller::Named(name)
-    }
-}
-
-impl<'a> From<&'a String> for Caller<'a> {
-    fn from(name: &'a String) -> Self {
-        Caller::Named(name)
-    }
-}

@@ -44,8 +44,6 @@ pub enum ErrorKind {
     ResourceExhausted,
     /// Try again, elsewhere or later.
     Unavailable,
-    /// A bug.
-    Internal,
 }
 
 /// A refused operation.

@@ -102,16 +102,6 @@ impl Service {
         self.policy.load_full()
     }
 
-    /// The handle the policy is swapped through.
-    pub fn policy_handle(&self) -> &PolicyHandle {
-        &self.policy
-    }
-
-    /// The service's limits.
-    pub fn config(&self) -> ServiceConfig {
-        self.config
-    }
-
     /// Whether the server runs with fleet memory.
     pub fn has_fleet(&self) -> bool {
         self.fleet.is_some()

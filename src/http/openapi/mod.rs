@@ -216,6 +216,8 @@ pub fn response() -> http::Response<Body> {
 /// The document as JSON.
 pub fn document() -> Value {
     let proto = Proto::load();
+    let extra = extra::schemas();
+    let extra_names: Vec<&str> = extra.iter().map(|(n, _)| *n).collect();
     let mut defs: BTreeMap<String, Value> = BTreeMap::new();
     let mut paths = serde_json::Map::new();
     for op in OPERATIONS {
@@ -226,10 +228,13 @@ pub fn document() -> Value {
             .map(std::mem::take)
             .unwrap_or_default();
         let mut item = item;
-        item.insert(op.method.to_lowercase(), operation(op, proto.as_ref(), &mut defs));
+        item.insert(
+            op.method.to_lowercase(),
+            operation(op, proto.as_ref(), &extra_names, &mut defs),
+        );
         paths.insert(op.path.to_owned(), Value::Object(item));
     }
-    for (name, schema) in extra::schemas() {
+    for (name, schema) in extra {
         defs.insert(name.to_owned(), schema);
     }
     let responses: serde_json::Map<String, Value> = ERRORS
@@ -282,9 +287,10 @@ pub fn document() -> Value {
     })
 }
 
-fn operation(op: &Operation, proto: Option<&Proto>, defs: &mut BTreeMap<String, Value>) -> Value {
+/// `extra`: the schemas [`extra`] defines (referred to, not generated).
+fn operation(op: &Operation, proto: Option<&Proto>, extra: &[&str], defs: &mut BTreeMap<String, Value>) -> Value {
     let schema_of = |name: &str, direction: Direction, defs: &mut BTreeMap<String, Value>| match proto {
-        Some(p) if extra::schemas().iter().all(|(n, _)| *n != name) => p.message_schema(name, direction, defs),
+        Some(p) if !extra.contains(&name) => p.message_schema(name, direction, defs),
         _ => json!({ "$ref": format!("#/components/schemas/{name}") }),
     };
     let mut parameters: Vec<Value> = op

@@ -101,11 +101,8 @@ fn the_protos_enums_spell_the_core_words() {
         .filter(|w| w != "not_done")
         .collect::<Vec<_>>();
     assert_eq!(sorted(proto.words("ReadBack")), sorted(done));
-    // The proto's one Scope is a decision's and a hold's.
-    let mut scopes = of(crate::core::Scope::WORDS);
-    scopes.extend(of(HoldScope::WORDS));
-    scopes.dedup();
-    let mut scopes = sorted(scopes);
+    // The proto's one Scope is a decision's and a hold's (both have `tenant`).
+    let mut scopes = sorted([of(crate::core::Scope::WORDS), of(HoldScope::WORDS)].concat());
     scopes.dedup();
     assert_eq!(sorted(proto.words("Scope")), scopes);
     assert_eq!(of(BudgetScope::WORDS), ["dependency", "tenant"]);
