@@ -9,7 +9,7 @@ mod grpc_support;
 #[path = "grpc_support/raw.rs"]
 mod raw;
 
-use fleet_support::scenarios;
+use fleet_support::{scenarios, trust};
 use grpc_support::{Server, TempDir};
 
 /// One `--state memory` server with an operator token and the fast-probe catalog.
@@ -17,6 +17,14 @@ fn memory_server(dir: &TempDir) -> Server {
     let args = scenarios::server_args(dir, "memory");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Server::start(&args)
+}
+
+#[tokio::test]
+async fn memory_a_reset_admits_one_probe_and_tokens_cannot_be_forged() {
+    let dir = scenarios::setup("reset");
+    let s = memory_server(&dir);
+    trust::one_probe_at_the_reset(&s, &s, false).await;
+    trust::probe_tokens_cannot_be_forged(&s, &s).await;
 }
 
 #[tokio::test]

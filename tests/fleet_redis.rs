@@ -74,6 +74,7 @@ fn quota_stop<'a>(tenant: &'a str, until: UnixMillis) -> HoldPlan<'a> {
         subject: tenant,
         until,
         probe_every_ms: 0,
+        probe_window_ms: 0,
         code: "RATE_LIMITED",
         rule: "RATE_LIMITED",
         reason: "daily allowance exhausted",
@@ -232,6 +233,7 @@ fn circuit(now: UnixMillis, every_ms: u64) -> HoldPlan<'static> {
         subject: "",
         until: now.plus_ms(60_000),
         probe_every_ms: every_ms,
+        probe_window_ms: 0,
         code: "ERROR_LOOP_DETECTED",
         rule: "ERROR_LOOP_DETECTED",
         reason: "error loop",
@@ -246,15 +248,16 @@ async fn exactly_one_probe_per_slot_across_replicas() {
     let held = place(&a, &circuit(UnixMillis::now(), 1_500));
     assert!(eventually(PATIENCE, || b.fleet.mirror().get(&held.id, UnixMillis::now()).is_some()).await);
 
-    // The stores alone: 40 concurrent takes of one slot, half on each replica.
+    // The stores alone: 40 concurrent takes of one slot, half on each
+    // replica (slot 0, below any slot Admit offers: slots only move forward).
     let mut takes = tokio::task::JoinSet::new();
     for i in 0..40 {
         let store = if i % 2 == 0 { a.store.clone() } else { b.store.clone() };
         let h = held.clone();
-        takes.spawn(async move { store.take_probe_slot(&h, 7).await });
+        takes.spawn(async move { store.take_probe_slot(&h, 0, "0123456789abcdef0123456789abcdef").await });
     }
     let won = takes.join_all().await.into_iter().filter(|w| *w).count();
-    assert_eq!(won, 1, "slot 7 taken {won} times");
+    assert_eq!(won, 1, "slot 0 taken {won} times");
 
     // Through Admit, once slot 1 falls due.
     tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_millis(1_600)).await;
@@ -463,7 +466,7 @@ async fn a_three_node_cluster_shares_holds_between_replicas() {
     for i in 0..20 {
         let store = if i % 2 == 0 { a.store.clone() } else { b.store.clone() };
         let h = circuit_hold.clone();
-        takes.spawn(async move { store.take_probe_slot(&h, 3).await });
+        takes.spawn(async move { store.take_probe_slot(&h, 3, "0123456789abcdef0123456789abcdef").await });
     }
     assert_eq!(takes.join_all().await.into_iter().filter(|w| *w).count(), 1);
 }

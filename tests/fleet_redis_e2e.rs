@@ -12,7 +12,7 @@ mod redis_support;
 
 use std::time::Duration;
 
-use fleet_support::scenarios;
+use fleet_support::{scenarios, trust};
 use grpc_support::{Server, TempDir, eventually, failure};
 use redis_support::RedisServer as Redis;
 use retryd::grpc::pb;
@@ -22,6 +22,40 @@ fn replicas(dir: &TempDir, redis: &Redis) -> (Server, Server) {
     let args = scenarios::server_args(dir, &redis.url());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     (Server::start(&args), Server::start(&args))
+}
+
+#[tokio::test]
+async fn redis_a_reset_admits_one_probe_not_forty_polling_or_honouring_retry_at() {
+    let redis = Redis::start();
+    let dir = scenarios::setup("r-reset");
+    let (a, b) = replicas(&dir, &redis);
+    trust::one_probe_at_the_reset(&a, &b, false).await;
+    trust::one_probe_at_the_reset(&a, &b, true).await;
+}
+
+#[tokio::test]
+async fn redis_a_probe_success_lifts_the_stop_for_every_worker() {
+    let redis = Redis::start();
+    let dir = scenarios::setup("r-lift");
+    let (a, b) = replicas(&dir, &redis);
+    trust::the_probe_success_lifts_for_everyone(&a, &b, false).await;
+    trust::the_probe_success_lifts_for_everyone(&a, &b, true).await;
+}
+
+#[tokio::test]
+async fn redis_probe_tokens_cannot_be_forged_reused_or_outlived_on_any_replica() {
+    let redis = Redis::start();
+    let dir = scenarios::setup("r-forge");
+    let (a, b) = replicas(&dir, &redis);
+    trust::probe_tokens_cannot_be_forged(&a, &b).await;
+}
+
+#[tokio::test]
+async fn redis_a_watch_sends_a_snapshot_then_synced_then_changes_within_its_cap() {
+    let redis = Redis::start();
+    let dir = scenarios::setup("r-watch");
+    let (a, b) = replicas(&dir, &redis);
+    trust::watch_protocol(&a, &b, scenarios::WATCH_STREAMS_PER_CALLER).await;
 }
 
 #[tokio::test]

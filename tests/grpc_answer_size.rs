@@ -131,7 +131,10 @@ fn the_default_batch_answer_fits_the_clients_receive_limit() {
     }
     let api = RetryDecisionApi::new(
         Arc::new(ArcSwap::from_pointee(policy)),
-        ServiceConfig { max_batch: usize::MAX },
+        ServiceConfig {
+            max_batch: usize::MAX,
+            ..Default::default()
+        },
     )
     .with_fleet(fleet, Operators::default(), tokio::sync::watch::channel(false).1);
     let mut largest = (0, String::new());

@@ -185,6 +185,7 @@ async fn execute(cmd: HoldsCommand) -> u8 {
                     catalog: filter.catalog.clone(),
                     dependency: filter.dependency.clone(),
                     tenant: filter.tenant.clone(),
+                    dependencies: Vec::new(),
                 },
                 token.as_deref(),
             );

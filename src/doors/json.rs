@@ -60,8 +60,13 @@ pub struct HoldJson<'h> {
     pub kind: HoldKind,
     /// When it was placed.
     pub since: UnixMillis,
-    /// When it ends.
+    /// When it ends (in the probe phase: the end of the probe window).
     pub until: UnixMillis,
+    /// In its probe phase: one call may go; the hold lifts on its success.
+    pub probing: bool,
+    /// When the next probe may go (an open circuit's next slot, or the
+    /// probe phase's start); `null` for a hold that admits no probe.
+    pub next_probe_at: Option<UnixMillis>,
     /// The code that placed it.
     pub code: &'h str,
     /// The catalog rule that placed it.
@@ -71,8 +76,9 @@ pub struct HoldJson<'h> {
 }
 
 impl<'h> HoldJson<'h> {
-    /// `h` with its tenant shown as `tenant`.
+    /// `h` with its tenant shown as `tenant`, as it stands now.
     pub fn new(h: &'h Hold, tenant: &'h str) -> Self {
+        let now = UnixMillis::now();
         HoldJson {
             id: &h.id,
             catalog: &h.key.catalog,
@@ -82,7 +88,9 @@ impl<'h> HoldJson<'h> {
             scope: h.key.scope,
             kind: h.kind,
             since: h.since,
-            until: h.until,
+            until: h.shown_until(now),
+            probing: h.probing(now),
+            next_probe_at: h.next_probe_at(now),
             code: &h.code,
             rule: &h.rule,
             reason: &h.reason,

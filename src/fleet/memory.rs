@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::mirror::Mirror;
+use super::mirror::{Mirror, Redeemed};
 use super::store::{SharedStore, StoreFuture};
 use crate::core::hold::Hold;
 
@@ -18,10 +18,20 @@ impl SharedStore for MemoryStore {
 
     fn lift(&self, _hold: &Hold) {}
 
-    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64) -> StoreFuture<'a, bool> {
+    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             // One check-and-mark under the mirror's lock: exactly one caller wins.
-            self.mirror.get().is_some_and(|m| m.try_take_probe(&hold.id, slot))
+            self.mirror
+                .get()
+                .is_some_and(|m| m.try_take_probe(&hold.id, slot, nonce))
+        })
+    }
+
+    fn redeem_probe<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, Redeemed> {
+        Box::pin(async move {
+            self.mirror
+                .get()
+                .map_or(Redeemed::Forged, |m| m.redeem_probe(&hold.id, slot, nonce))
         })
     }
 

@@ -3,7 +3,7 @@
 //! it is the whole truth; with Redis it is a mirror kept current by the
 //! store's subscription and rebuilt on (re)connect.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -19,14 +19,54 @@ pub enum HoldEventKind {
     Placed,
     /// Its end moved later.
     Extended,
-    /// Expired, released, or closed by a probe.
+    /// Expired, released, evicted, or closed or lifted by a probe.
     Lifted,
+    /// Reached its end and entered its probe phase: one call may go.
+    Probing,
+    /// A watch's snapshot is complete: every hold in force was sent.
+    Synced,
 }
 
 crate::words!(HoldEventKind {
     Placed => "placed",
     Extended => "extended",
     Lifted => "lifted",
+    Probing => "probing",
+    Synced => "synced",
+});
+
+/// What this replica knows of a hold's latest probe slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProbeRecord {
+    /// The highest slot known to be taken.
+    slot: u64,
+    /// The nonce, when this replica issued that slot's token.
+    nonce: Option<String>,
+    /// That token was reported (accepted once).
+    redeemed: bool,
+}
+
+/// Whether a probe token's report is taken, and if not why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redeemed {
+    /// The token's first report, for the latest slot issued: it counts.
+    Accepted,
+    /// No such token was issued (a wrong nonce, or a slot never issued).
+    Forged,
+    /// The token was already reported.
+    Reused,
+    /// A newer slot's token has been issued since.
+    Superseded,
+    /// The hold it names is no longer in force.
+    NotInForce,
+}
+
+crate::words!(Redeemed {
+    Accepted => "accepted",
+    Forged => "forged",
+    Reused => "reused",
+    Superseded => "superseded",
+    NotInForce => "not_in_force",
 });
 
 /// A change to the holds in force, for watchers.
@@ -57,10 +97,21 @@ struct State {
     /// times a decision while any hold is in force: foldhash, seeded per
     /// process (keys carry client-chosen tenants), at a fraction of SipHash.
     by_key: HashMap<String, Vec<Hold>, foldhash::fast::RandomState>,
-    /// hold id → storage key.
-    by_id: HashMap<String, String>,
-    /// circuit hold id → the highest probe slot known to be taken.
-    probes: HashMap<String, u64>,
+    /// hold id → storage key, in id order: ListHolds' cursor and a watch's
+    /// snapshot walk it (an extended hold keeps its place).
+    by_id: BTreeMap<String, String>,
+    /// hold id → what is known of its latest probe slot.
+    probes: HashMap<String, ProbeRecord>,
+    /// (instant, hold id): when each hold next changes by itself — its
+    /// probe phase begins (`until`, for a hold with a phase) or it ends —
+    /// so the sweep touches only what is due, not every hold.
+    due: BTreeSet<(UnixMillis, String)>,
+    /// Holds by kind and scope, kept as holds come and go (the gauges).
+    counts: [[usize; 3]; 4],
+}
+
+fn due_instants(h: &Hold) -> [Option<UnixMillis>; 2] {
+    [(h.probe_window_ms > 0).then_some(h.until), Some(h.end())]
 }
 
 impl State {
@@ -68,23 +119,42 @@ impl State {
         self.by_key.get(key)?.iter().find(|h| h.kind == kind)
     }
 
-    fn insert(&mut self, key: String, hold: Hold) -> Option<Hold> {
-        self.by_id.insert(hold.id.clone(), key.clone());
-        let holds = self.by_key.entry(key).or_default();
-        match holds.iter_mut().find(|h| h.kind == hold.kind) {
-            Some(slot) => {
-                let old = std::mem::replace(slot, hold);
-                if old.id != slot.id {
-                    self.by_id.remove(&old.id);
-                    self.probes.remove(&old.id);
-                }
-                Some(old)
+    fn index(&mut self, h: &Hold, add: bool) {
+        for at in due_instants(h).into_iter().flatten() {
+            if add {
+                self.due.insert((at, h.id.clone()));
+            } else {
+                self.due.remove(&(at, h.id.clone()));
             }
+        }
+        let count = &mut self.counts[h.kind.index()][h.key.scope as usize];
+        *count = if add { *count + 1 } else { count.saturating_sub(1) };
+    }
+
+    fn insert(&mut self, key: String, hold: Hold) -> Option<Hold> {
+        let id = hold.id.clone();
+        self.by_id.insert(id.clone(), key.clone());
+        let indexed = hold.clone();
+        let holds = self.by_key.entry(key).or_default();
+        let old = match holds.iter_mut().find(|h| h.kind == hold.kind) {
+            Some(slot) => Some(std::mem::replace(slot, hold)),
             None => {
                 holds.push(hold);
                 None
             }
+        };
+        // The old entries go before the new ones are made: they may be equal.
+        if let Some(old) = &old {
+            self.index(old, false);
         }
+        self.index(&indexed, true);
+        if let Some(old) = &old {
+            if old.id != id {
+                self.by_id.remove(&old.id);
+                self.probes.remove(&old.id);
+            }
+        }
+        old
     }
 
     fn remove_id(&mut self, id: &str) -> Option<Hold> {
@@ -96,6 +166,7 @@ impl State {
         if holds.is_empty() {
             self.by_key.remove(&key);
         }
+        self.index(&hold, false);
         Some(hold)
     }
 
@@ -256,6 +327,37 @@ impl Mirror {
         all
     }
 
+    /// Up to `limit` active holds passing `keep`, in id order, after the id
+    /// `after` (empty: from the first). The cursor of ListHolds and of a
+    /// watch's snapshot: a page costs its own size plus the holds skipped by
+    /// `keep`, never a copy of every hold.
+    pub fn page(&self, after: &str, limit: usize, now: UnixMillis, keep: impl Fn(&Hold) -> bool) -> Vec<Hold> {
+        use std::ops::Bound;
+        let state = self.read();
+        let start = if after.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(after)
+        };
+        let mut out = Vec::with_capacity(limit.min(1024));
+        for (id, key) in state.by_id.range::<str, _>((start, Bound::Unbounded)) {
+            if out.len() >= limit {
+                break;
+            }
+            let found = state.by_key.get(key).and_then(|hs| hs.iter().find(|h| &h.id == id));
+            if let Some(h) = found.filter(|h| h.active(now) && keep(h)) {
+                out.push(h.clone());
+            }
+        }
+        out
+    }
+
+    /// Holds in the mirror by kind and scope (`[kind][scope]`), kept as
+    /// holds come and go: the gauges read it without walking the holds.
+    pub fn counts(&self) -> [[usize; 3]; 4] {
+        self.read().counts
+    }
+
     /// What placing `plan` at `now` would do.
     pub fn preview(&self, plan: &HoldPlan<'_>, now: UnixMillis) -> Merge {
         if self.is_empty() {
@@ -278,6 +380,7 @@ impl Mirror {
             Merge::Extend => match existing {
                 Some(mut h) => {
                     h.until = plan.until;
+                    h.probe_window_ms = plan.probe_window_ms;
                     h.code = plan.code.to_owned();
                     h.rule = plan.rule.to_owned();
                     h.reason = plan.reason.to_owned();
@@ -314,10 +417,21 @@ impl Mirror {
     /// dropped for another of its kind of scope, oldest-expiring first.
     fn evict_for(&self, state: &mut State, scope: HoldScope, now: UnixMillis) -> bool {
         let all = || state.by_key.values().flatten();
-        let victim = all()
-            .filter(|h| !h.active(now))
-            .map(|h| h.id.clone())
-            .next()
+        // An expired hold not yet swept is the first due instant, if any is past.
+        let expired = state
+            .due
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .find(|(_, id)| {
+                state
+                    .by_id
+                    .get(id)
+                    .and_then(|k| state.by_key.get(k))
+                    .and_then(|hs| hs.iter().find(|h| &h.id == id))
+                    .is_some_and(|h| !h.active(now))
+            })
+            .map(|(_, id)| id.clone());
+        let victim = expired
             .or_else(|| {
                 all()
                     .filter(|h| h.key.scope == HoldScope::Tenant)
@@ -380,50 +494,108 @@ impl Mirror {
         Some(hold)
     }
 
-    /// Drops expired holds, announcing each as lifted.
+    /// Drops expired holds, announcing each as lifted, and announces the
+    /// probe phases that began; touches only the holds that are due.
     pub fn sweep(&self, now: UnixMillis) -> usize {
         if self.is_empty() {
             return 0;
         }
-        let expired: Vec<String> = {
+        let due: Vec<(UnixMillis, String)> = {
             let state = self.read();
-            state
-                .by_key
-                .values()
-                .flatten()
-                .filter(|h| !h.active(now))
-                .map(|h| h.id.clone())
-                .collect()
+            state.due.range(..(now.plus_ms(1), String::new())).cloned().collect()
         };
-        expired.iter().filter(|id| self.lift(id).is_some()).count()
+        let mut lifted = 0;
+        for (at, id) in due {
+            let Some(h) = self.get_any(&id) else { continue };
+            if !h.active(now) {
+                lifted += usize::from(self.lift(&id).is_some());
+            } else if h.probe_window_ms > 0 && at == h.until && h.probing(now) {
+                let mut state = self.write();
+                let still = state.due.remove(&(at, id.clone()));
+                drop(state);
+                if still {
+                    self.emit(HoldEventKind::Probing, &h);
+                }
+            }
+        }
+        lifted
     }
 
-    /// Whether probe slot `slot` of circuit `id` is known to be taken.
+    /// The hold with `id`, in force or not (until the sweep).
+    fn get_any(&self, id: &str) -> Option<Hold> {
+        let state = self.read();
+        let key = state.by_id.get(id)?;
+        state.by_key.get(key)?.iter().find(|h| h.id == id).cloned()
+    }
+
+    /// Whether probe slot `slot` of hold `id` is known to be taken.
     pub fn probe_taken(&self, id: &str, slot: u64) -> bool {
-        self.read().probes.get(id).is_some_and(|taken| *taken >= slot)
+        self.read().probes.get(id).is_some_and(|p| p.slot >= slot)
     }
 
-    /// Takes probe slot `slot` of circuit `id` in this replica: `true` once.
-    pub fn try_take_probe(&self, id: &str, slot: u64) -> bool {
+    /// Takes probe slot `slot` of hold `id` in this replica, recording the
+    /// token's nonce: `true` once per slot.
+    pub fn try_take_probe(&self, id: &str, slot: u64, nonce: &str) -> bool {
         let mut state = self.write();
         if !state.by_id.contains_key(id) {
             return false;
         }
-        let taken = state.probes.entry(id.to_owned()).or_insert(0);
-        if *taken >= slot {
+        if state.probes.get(id).is_some_and(|p| p.slot >= slot) {
             return false;
         }
-        *taken = slot;
+        state.probes.insert(
+            id.to_owned(),
+            ProbeRecord {
+                slot,
+                nonce: Some(nonce.to_owned()),
+                redeemed: false,
+            },
+        );
         true
     }
 
-    /// Records that probe slot `slot` of circuit `id` is taken.
-    pub fn mark_probe_taken(&self, id: &str, slot: u64) {
+    /// Records that probe slot `slot` of hold `id` is taken (by this
+    /// replica with `nonce`, or elsewhere), unless a later one is known.
+    pub fn mark_probe_taken(&self, id: &str, slot: u64, nonce: Option<&str>) {
         let mut state = self.write();
-        if state.by_id.contains_key(id) {
-            let taken = state.probes.entry(id.to_owned()).or_insert(0);
-            *taken = (*taken).max(slot);
+        if !state.by_id.contains_key(id) {
+            return;
         }
+        if state
+            .probes
+            .get(id)
+            .is_some_and(|p| p.slot > slot || (p.slot == slot && nonce.is_none()))
+        {
+            return;
+        }
+        state.probes.insert(
+            id.to_owned(),
+            ProbeRecord {
+                slot,
+                nonce: nonce.map(str::to_owned),
+                redeemed: false,
+            },
+        );
+    }
+
+    /// Validates a probe token against what this replica issued (the store
+    /// of `--state memory`, and the fallback while Redis is away): accepted
+    /// once, for the latest slot known, with the nonce issued for it.
+    pub fn redeem_probe(&self, id: &str, slot: u64, nonce: &str) -> Redeemed {
+        let mut state = self.write();
+        let Some(p) = state.probes.get_mut(id) else {
+            return Redeemed::Forged;
+        };
+        if p.slot > slot {
+            return Redeemed::Superseded;
+        }
+        if p.slot != slot || p.nonce.as_deref().is_none_or(|n| !constant_time_eq(n, nonce)) {
+            return Redeemed::Forged;
+        }
+        if std::mem::replace(&mut p.redeemed, true) {
+            return Redeemed::Reused;
+        }
+        Redeemed::Accepted
     }
 
     /// Rebuilds from the shared store's holds after a (re)connect: each
@@ -441,6 +613,11 @@ impl Mirror {
             .filter(|h| !stored_keys.contains(&(h.key.storage_key(), h.kind)))
             .collect()
     }
+}
+
+/// Compares two nonces in time independent of where they differ.
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

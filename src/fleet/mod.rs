@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 pub use caller::{PlacementLimiter, PlacementLimits};
 pub use memory::MemoryStore;
-pub use mirror::{HoldEvent, HoldEventKind, Mirror, Placed};
+pub use mirror::{HoldEvent, HoldEventKind, Mirror, Placed, Redeemed};
 pub use store::SharedStore;
 
 use crate::core::budget::BudgetRule;
@@ -36,6 +36,9 @@ pub const HOLDS_PLACED_TOTAL: &str = "retryd_holds_placed_total";
 pub const HOLDS_RATE_LIMITED_TOTAL: &str = "retryd_holds_rate_limited_total";
 /// Counter of holds dropped at the hold cap.
 pub const HOLDS_EVICTED_TOTAL: &str = "retryd_holds_evicted_total";
+/// Counter of probe tokens whose report changed nothing, labelled `reason`
+/// (`forged`, `reused`, `superseded`, `not_in_force`).
+pub const PROBE_TOKENS_REJECTED_TOTAL: &str = "retryd_probe_tokens_rejected_total";
 
 /// How the fleet memory is bounded.
 #[derive(Debug, Clone)]
@@ -85,6 +88,22 @@ pub struct AdmitOutcome {
     /// When admitted as a circuit's probe: its token.
     pub probe_token: Option<String>,
 }
+
+/// What a probe token's report did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeReport {
+    /// The token was valid and its report counted.
+    pub accepted: bool,
+    /// Why it did not count, or `Accepted`.
+    pub redeemed: Redeemed,
+    /// The hold it names, as it is after the report (lifted on a success).
+    pub hold: Option<Hold>,
+}
+
+/// A probe token that is not one (`INVALID_ARGUMENT` for the caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("probe_token: not a token Admit gives (<hold id>.<slot>.<32 hex digits>)")]
+pub struct MalformedToken;
 
 /// The fleet memory of one replica.
 #[derive(Debug)]
@@ -250,18 +269,27 @@ impl Fleet {
         }
         let refs: Vec<&Hold> = covering.iter().collect();
         let last = hold::ending_last(refs.iter().copied(), now).cloned();
-        let admission = hold::admit(&refs, now, |i, n| self.mirror.probe_taken(&refs[i].id, n));
+        // Refused callers in a probe phase poll at 1 s ± 20 %, so they do not return as one.
+        let poll = (hold::PROBE_POLL_MS as f64 * rand::random_range(0.8..1.2)) as u64;
+        let admission = hold::admit(&refs, now, poll, |i, n| self.mirror.probe_taken(&refs[i].id, n));
         let (admitted, retry_at, probe_token) = match admission {
             Admission::Admitted => (true, None, None),
             Admission::Refused { retry_at } => (false, Some(retry_at), None),
             Admission::ProbeDue { hold, slot } => {
-                let circuit = refs[hold];
-                if self.store.take_probe_slot(circuit, slot).await {
-                    self.mirror.mark_probe_taken(&circuit.id, slot);
-                    (true, None, Some(hold::probe_token(&circuit.id, slot, rand::random())))
+                let probed = refs[hold];
+                let nonce: u128 = rand::random();
+                let nonce_hex = format!("{nonce:032x}");
+                if self.store.take_probe_slot(probed, slot, &nonce_hex).await {
+                    self.mirror.mark_probe_taken(&probed.id, slot, Some(&nonce_hex));
+                    (true, None, Some(hold::probe_token(&probed.id, slot, nonce)))
                 } else {
-                    self.mirror.mark_probe_taken(&circuit.id, slot);
-                    (false, Some(circuit.probe_slot_at(slot + 1).min(circuit.until)), None)
+                    self.mirror.mark_probe_taken(&probed.id, slot, None);
+                    let next = if probed.probing(now) {
+                        now.plus_ms(poll).min(probed.end())
+                    } else {
+                        probed.probe_slot_at(slot + 1).min(probed.until)
+                    };
+                    (false, Some(next), None)
                 }
             }
         };
@@ -279,19 +307,105 @@ impl Fleet {
         }
     }
 
-    /// The outcome of an open circuit's probe: success closes the circuit
-    /// (for every replica), failure leaves it open until its next slot.
-    /// Returns the circuit, `None` for a token naming no circuit in force.
-    pub fn report_probe(&self, token: &str, succeeded: bool, now: UnixMillis) -> Option<Hold> {
-        let id = hold::probe_token_hold(token)?;
-        let circuit = self.mirror.get(id, now).filter(|h| h.kind == HoldKind::CircuitOpen)?;
-        if succeeded {
-            let lifted = self.mirror.lift(id)?;
-            tracing::info!(hold = %id, dependency = %lifted.key.dependency, "circuit closed by a probe's success");
-            self.store.lift(&lifted);
-            Some(lifted)
+    /// The outcome of a probe, reported with its token. A valid token's
+    /// success closes the circuit or lifts the stop for every replica; its
+    /// failure leaves a circuit open until its next slot and re-places a
+    /// stop in its probe phase for as long as it last lasted. A forged,
+    /// reused or superseded token changes nothing (counted).
+    pub async fn report_probe(
+        &self,
+        token: &str,
+        succeeded: bool,
+        now: UnixMillis,
+    ) -> Result<ProbeReport, MalformedToken> {
+        let t = hold::parse_probe_token(token).ok_or(MalformedToken)?;
+        let probed = self
+            .mirror
+            .get(t.hold, now)
+            .filter(|h| h.kind == HoldKind::CircuitOpen || h.probe_window_ms > 0);
+        let redeemed = match &probed {
+            Some(h) => self.store.redeem_probe(h, t.slot, t.nonce).await,
+            None => Redeemed::NotInForce,
+        };
+        let rejected = |redeemed: Redeemed, hold: Option<Hold>| {
+            metrics::counter!(PROBE_TOKENS_REJECTED_TOTAL, "reason" => redeemed.as_str()).increment(1);
+            tracing::debug!(hold = %t.hold, slot = t.slot, reason = redeemed.as_str(), "probe token rejected");
+            Ok(ProbeReport {
+                accepted: false,
+                redeemed,
+                hold,
+            })
+        };
+        let Some(h) = probed else {
+            return rejected(redeemed, None);
+        };
+        if redeemed != Redeemed::Accepted {
+            return rejected(redeemed, Some(h));
+        }
+        let after = if succeeded {
+            match self.mirror.lift(&h.id) {
+                Some(lifted) => {
+                    tracing::info!(hold = %h.id, kind = h.kind.as_str(), dependency = %lifted.key.dependency, "hold lifted by its probe's success");
+                    self.store.lift(&lifted);
+                    lifted
+                }
+                None => h,
+            }
+        } else if h.probing(now) {
+            self.replace_after_probe(&h, now)
         } else {
-            Some(circuit)
+            h
+        };
+        Ok(ProbeReport {
+            accepted: true,
+            redeemed,
+            hold: Some(after),
+        })
+    }
+
+    /// A probe failed, reported with a failure (Classify): its token is
+    /// spent, off the call path, so it cannot later report a success. The
+    /// decision itself re-places the hold.
+    pub fn probe_failed(&self, token: &str, now: UnixMillis) {
+        let Some(t) = hold::parse_probe_token(token) else {
+            return;
+        };
+        let Some(h) = self.mirror.get(t.hold, now) else { return };
+        let (store, slot, nonce) = (Arc::clone(&self.store), t.slot, t.nonce.to_owned());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let r = store.redeem_probe(&h, slot, &nonce).await;
+                if r != Redeemed::Accepted {
+                    metrics::counter!(PROBE_TOKENS_REJECTED_TOTAL, "reason" => r.as_str()).increment(1);
+                }
+            });
+        }
+    }
+
+    /// A stop whose probe failed without a Classify (which would know the
+    /// next reset): placed again for as long as it last lasted.
+    fn replace_after_probe(&self, h: &Hold, now: UnixMillis) -> Hold {
+        let length = h.since.ms_until(h.until).max(h.probe_window_ms).max(1_000);
+        let plan = HoldPlan {
+            scope: h.key.scope,
+            kind: h.kind,
+            catalog: &h.key.catalog,
+            dependency: &h.key.dependency,
+            subject: &h.key.subject,
+            until: now.plus_ms(length),
+            probe_every_ms: h.probe_every_ms,
+            probe_window_ms: h.probe_window_ms,
+            code: &h.code,
+            rule: &h.rule,
+            reason: &h.reason,
+        };
+        match self.mirror.place(&plan, now, new_id) {
+            Placed::New(placed) | Placed::Extended(placed) => {
+                self.store.put(&placed);
+                placed
+            }
+            Placed::Kept(kept) => kept,
+            Placed::Full => h.clone(),
         }
     }
 
@@ -344,14 +458,12 @@ impl Fleet {
                 let Some(fleet) = weak.upgrade() else { return };
                 let now = UnixMillis::now();
                 fleet.mirror.sweep(now);
-                let mut counts = [[0u32; 3]; 4];
-                for h in fleet.mirror.snapshot(now) {
-                    counts[h.kind.index()][h.key.scope as usize] += 1;
-                }
+                // Counted as holds come and go: no walk over the holds here.
+                let counts = fleet.mirror.counts();
                 for kind in HoldKind::ALL {
                     for scope in [HoldScope::Tenant, HoldScope::Dependency, HoldScope::Method] {
                         metrics::gauge!(HOLDS, "kind" => kind.as_str(), "scope" => scope.as_str())
-                            .set(f64::from(counts[kind.index()][scope as usize]));
+                            .set(counts[kind.index()][scope as usize] as f64);
                     }
                 }
                 let now_evicted = fleet.mirror.evicted();
@@ -382,6 +494,10 @@ pub fn describe_metrics() {
         "Holds not placed because their caller was over its placement rate, by scope."
     );
     metrics::describe_counter!(HOLDS_EVICTED_TOTAL, "Holds dropped at --max-holds.");
+    metrics::describe_counter!(
+        PROBE_TOKENS_REJECTED_TOTAL,
+        "Probe-token reports that changed nothing, by reason (forged, reused, superseded, not_in_force)."
+    );
     budget::describe_metrics();
 }
 

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::mirror::Mirror;
+use super::mirror::{Mirror, Redeemed};
 use crate::core::budget::Counts;
 use crate::core::hold::Hold;
 use crate::core::time::UnixMillis;
@@ -28,11 +28,18 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug + 'static {
     /// success). Queued like [`SharedStore::put`].
     fn lift(&self, hold: &Hold);
 
-    /// Takes probe slot `slot` of the open circuit `hold` for the whole
-    /// fleet: `true` for exactly one caller per slot. When the store cannot
-    /// be reached, decides from this replica alone (at most one probe per
-    /// slot per replica).
-    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64) -> StoreFuture<'a, bool>;
+    /// Takes probe slot `slot` of `hold` (an open circuit, or a hold in its
+    /// probe phase) for the whole fleet, storing the token's `nonce` with
+    /// it: `true` for exactly one caller per slot. When the store cannot be
+    /// reached, decides from this replica alone (at most one probe per slot
+    /// per replica).
+    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, bool>;
+
+    /// Validates a probe token's report atomically, whichever replica
+    /// issued it: accepted once, for its own slot, while no newer slot's
+    /// token has been issued. When the store cannot be reached, only the
+    /// tokens this replica issued can be validated.
+    fn redeem_probe<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, Redeemed>;
 
     /// Starts the store's background work (connect, subscribe, resync),
     /// feeding other replicas' changes into `mirror`. Called once.

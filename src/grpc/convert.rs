@@ -346,6 +346,7 @@ pub fn hold_kind_to_proto(k: HoldKind) -> pb::HoldKind {
 /// A hold as the wire carries it; `tenant` is what the caller may see (the
 /// raw tenant for operators, its keyed hash for everyone else).
 pub fn hold_to_proto(h: &Hold, tenant: &str) -> pb::Hold {
+    let now = UnixMillis::now();
     pb::Hold {
         id: h.id.clone(),
         catalog: h.key.catalog.clone(),
@@ -355,10 +356,12 @@ pub fn hold_to_proto(h: &Hold, tenant: &str) -> pb::Hold {
         scope: hold_scope_to_proto(h.key.scope) as i32,
         kind: hold_kind_to_proto(h.kind) as i32,
         since: Some(timestamp_from_millis(h.since)),
-        until: Some(timestamp_from_millis(h.until)),
+        until: Some(timestamp_from_millis(h.shown_until(now))),
         code: h.code.clone(),
         rule: h.rule.clone(),
         reason: h.reason.clone(),
+        probing: h.probing(now),
+        next_probe_at: h.next_probe_at(now).map(timestamp_from_millis),
     }
 }
 
@@ -381,7 +384,10 @@ pub fn hold_into_proto(h: &Hold, tenant: &str, out: &mut pb::Hold) {
         code,
         rule,
         reason,
+        probing,
+        next_probe_at,
     } = out;
+    let now = UnixMillis::now();
     overwrite(id, &h.id);
     overwrite(catalog, &h.key.catalog);
     overwrite(dependency, &h.key.dependency);
@@ -390,10 +396,12 @@ pub fn hold_into_proto(h: &Hold, tenant: &str, out: &mut pb::Hold) {
     *scope = hold_scope_to_proto(h.key.scope) as i32;
     *kind = hold_kind_to_proto(h.kind) as i32;
     *since = Some(timestamp_from_millis(h.since));
-    *until = Some(timestamp_from_millis(h.until));
+    *until = Some(timestamp_from_millis(h.shown_until(now)));
     overwrite(code, &h.code);
     overwrite(rule, &h.rule);
     overwrite(reason, &h.reason);
+    *probing = h.probing(now);
+    *next_probe_at = h.next_probe_at(now).map(timestamp_from_millis);
 }
 
 /// A hold with the tenant as the caller may see it.
@@ -428,6 +436,8 @@ pub fn hold_event_from_proto(n: i32) -> Option<HoldEventKind> {
         Ok(pb::HoldEventKind::Placed) => Some(HoldEventKind::Placed),
         Ok(pb::HoldEventKind::Extended) => Some(HoldEventKind::Extended),
         Ok(pb::HoldEventKind::Lifted) => Some(HoldEventKind::Lifted),
+        Ok(pb::HoldEventKind::Probing) => Some(HoldEventKind::Probing),
+        Ok(pb::HoldEventKind::Synced) => Some(HoldEventKind::Synced),
         Ok(pb::HoldEventKind::Unspecified) | Err(_) => None,
     }
 }
@@ -438,6 +448,8 @@ pub fn hold_event_to_proto(k: HoldEventKind) -> pb::HoldEventKind {
         HoldEventKind::Placed => pb::HoldEventKind::Placed,
         HoldEventKind::Extended => pb::HoldEventKind::Extended,
         HoldEventKind::Lifted => pb::HoldEventKind::Lifted,
+        HoldEventKind::Probing => pb::HoldEventKind::Probing,
+        HoldEventKind::Synced => pb::HoldEventKind::Synced,
     }
 }
 

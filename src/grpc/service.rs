@@ -27,6 +27,7 @@ use crate::fleet::Fleet;
 use crate::service::classify::BLOCKING_BATCH;
 use crate::service::holds::{AdmitAsk, HoldFilter, OutcomeCount};
 use crate::service::observe::DecisionObserver;
+use crate::service::watch::WatchFilter;
 use crate::service::{Caller, PolicyHandle, Service, ServiceConfig};
 
 /// The stream type of WatchHolds.
@@ -262,12 +263,14 @@ impl RetryDecisionService for RetryDecisionApi {
                 requests: c.requests,
             })
             .collect();
-        let hold = self
+        let probe = self
             .service
             .report_outcomes(&counts, &req.probe_token, req.probe_succeeded)
+            .await
             .map_err(status_of)?;
         Ok(Response::new(pb::ReportOutcomesResponse {
-            hold: hold.as_ref().map(shown_to_proto),
+            hold: probe.hold.as_ref().map(shown_to_proto),
+            probe_accepted: probe.accepted,
         }))
     }
 
@@ -331,17 +334,23 @@ impl RetryDecisionService for RetryDecisionApi {
         request: Request<pb::WatchHoldsRequest>,
     ) -> Result<Response<Self::WatchHoldsStream>, Status> {
         let operator = self.operator(&request);
-        let req = request.get_ref();
-        let filter = HoldFilter {
-            catalog: &req.catalog,
-            dependency: &req.dependency,
-            tenant: &req.tenant,
+        let caller = caller_of_parts(request.extensions());
+        let req = request.into_inner();
+        let mut dependencies = req.dependencies;
+        if !req.dependency.is_empty() {
+            dependencies.push(req.dependency);
+        }
+        let filter = WatchFilter {
+            catalog: req.catalog,
+            dependencies,
+            tenant: req.tenant,
         };
-        let events = self.service.watch_holds(filter, operator).map_err(status_of)?;
+        let events = self.service.watch_holds(filter, operator, &caller).map_err(status_of)?;
         let stream = events.map(|e| {
             e.map(|e| pb::WatchHoldsResponse {
                 kind: hold_event_to_proto(e.kind) as i32,
-                hold: Some(shown_to_proto(&e.hold)),
+                hold: e.hold.as_ref().map(shown_to_proto),
+                server_time: Some(timestamp_from_millis(e.server_time)),
             })
             .map_err(status_of)
         });
@@ -432,7 +441,13 @@ mod tests {
 
     fn api(max_batch: usize) -> RetryDecisionApi {
         let policy = Policy::embedded().expect("embedded policy");
-        RetryDecisionApi::new(Arc::new(ArcSwap::from_pointee(policy)), ServiceConfig { max_batch })
+        RetryDecisionApi::new(
+            Arc::new(ArcSwap::from_pointee(policy)),
+            ServiceConfig {
+                max_batch,
+                ..Default::default()
+            },
+        )
     }
 
     fn failure(catalog: &str, code: &str, op: pb::OperationKind) -> pb::Failure {
@@ -534,6 +549,7 @@ mod tests {
             since: UnixMillis(1_000),
             until: UnixMillis(9_000_000),
             probe_every_ms: 5,
+            probe_window_ms: 0,
             code: text.repeat(3),
             rule: format!("rule/{text}"),
             reason: text.repeat(40),

@@ -34,8 +34,10 @@ pub struct FleetArgs {
     /// arrives from loopback too: off by default).
     #[arg(long, env = "RETRYD_OPERATOR_ALLOW_LOOPBACK", default_value_t = false)]
     pub operator_allow_loopback: bool,
-    /// Key of the hash shown instead of tenant names to non-operators (a file;
-    /// give every replica the same one so dashboards agree). Default: random per process.
+    /// Key of the hash shown instead of tenant names to non-operators (a
+    /// file of at least 16 bytes). Default: with --state redis, one key
+    /// generated once and kept in the store, shared by every replica; in
+    /// memory, random per process.
     #[arg(long, env = "RETRYD_TENANT_HASH_KEY_FILE", value_name = "PATH")]
     pub tenant_hash_key_file: Option<PathBuf>,
     /// Most retry-budget scopes counted (dependency and tenant scopes
@@ -47,7 +49,17 @@ pub struct FleetArgs {
     /// overshoot a budget by about the retries approved in one such period.
     #[arg(long, env = "RETRYD_BUDGET_FLUSH_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub budget_flush_ms: u64,
+    /// Most WatchHolds streams one caller may hold open (one stream can
+    /// watch many dependencies; sized for a node's pods behind one address).
+    #[arg(long, env = "RETRYD_MAX_WATCH_STREAMS_PER_CALLER", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_watch_streams_per_caller: u32,
+    /// Most WatchHolds streams open in all.
+    #[arg(long, env = "RETRYD_MAX_WATCH_STREAMS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_watch_streams: u32,
 }
+
+/// Shortest tenant hash key accepted.
+pub const MIN_TENANT_HASH_KEY: usize = 16;
 
 /// Builds the fleet memory and the operator rule from the flags. Must run
 /// inside the runtime (the Redis store starts its tasks).
@@ -76,7 +88,16 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
         None => None,
     };
     let tenant_hash_key = match &args.tenant_hash_key_file {
-        Some(p) => read("--tenant-hash-key-file", p)?.into_bytes(),
+        Some(p) => {
+            let key = read("--tenant-hash-key-file", p)?.into_bytes();
+            if key.len() < MIN_TENANT_HASH_KEY {
+                return Err(format!(
+                    "--tenant-hash-key-file: the key is {} bytes; it must be at least {MIN_TENANT_HASH_KEY} (a short key is found offline from one known tenant)",
+                    key.len()
+                ));
+            }
+            key
+        }
         None => Vec::new(),
     };
     let config = FleetConfig {

@@ -28,6 +28,7 @@ use crate::fleet::Fleet;
 use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
 use crate::grpc::{RetryDecisionApi, SERVICE_NAME};
 use crate::http::{HttpConfig, HttpDoor};
+use crate::service::watch::WatchLimits;
 use crate::service::{PolicyHandle, Service, ServiceConfig};
 
 /// What the server needs beyond the policy.
@@ -60,6 +61,10 @@ pub struct ServerConfig {
     pub first_message_timeout: Duration,
     /// Time an answer may go unread before it is dropped.
     pub stall_timeout: Duration,
+    /// WatchHolds streams per caller (`--max-watch-streams-per-caller`).
+    pub max_watch_streams_per_caller: usize,
+    /// WatchHolds streams in all (`--max-watch-streams`).
+    pub max_watch_streams: usize,
     /// TLS (and mutual TLS) settings; `None`: plaintext.
     pub tls: Option<ServerTls>,
     /// The HTTP/JSON door on the same port; `None`: gRPC only (`--http false`).
@@ -93,6 +98,8 @@ impl ServerConfig {
             max_streams_per_connection: args.max_streams_per_connection,
             first_message_timeout: args.first_message_timeout,
             stall_timeout: args.stall_timeout,
+            max_watch_streams_per_caller: args.fleet.max_watch_streams_per_caller as usize,
+            max_watch_streams: args.fleet.max_watch_streams as usize,
             tls: None,
             http: args.http.then(|| HttpConfig {
                 max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
@@ -279,6 +286,11 @@ impl BoundServer {
             policy,
             ServiceConfig {
                 max_batch: config.max_batch,
+                watch: WatchLimits {
+                    per_caller: config.max_watch_streams_per_caller,
+                    total: config.max_watch_streams,
+                    stall_timeout: config.stall_timeout,
+                },
             },
         );
         let mut operators = Arc::new(Operators::default());

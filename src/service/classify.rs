@@ -286,7 +286,13 @@ mod tests {
 
     fn service(max_batch: usize) -> Service {
         let policy = Policy::embedded().expect("embedded policy");
-        Service::new(Arc::new(ArcSwap::from_pointee(policy)), ServiceConfig { max_batch })
+        Service::new(
+            Arc::new(ArcSwap::from_pointee(policy)),
+            ServiceConfig {
+                max_batch,
+                ..Default::default()
+            },
+        )
     }
 
     const NOW: UnixMillis = UnixMillis(1_786_190_700_000);

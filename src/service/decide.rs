@@ -78,8 +78,9 @@ pub struct Live<'f> {
 
 impl Standing for Live<'_> {
     fn probe_failed(&mut self, token: &str, now: UnixMillis) {
-        // The circuit stays open until its next slot.
-        self.fleet.report_probe(token, false, now);
+        // Spends the token; the decision itself re-places a stop, and a
+        // circuit stays open until its next slot.
+        self.fleet.probe_failed(token, now);
     }
 
     fn place(&mut self, plan: &HoldPlan<'_>, now: UnixMillis) -> bool {
@@ -418,6 +419,7 @@ mod tests {
             since: NOW,
             until: NOW.plus_ms(60_000),
             probe_every_ms: 0,
+            probe_window_ms: 0,
             code: "QUEUE_OVERFLOW".into(),
             rule: "r".into(),
             reason: "paused".into(),

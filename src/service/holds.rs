@@ -2,16 +2,12 @@
 //! ReleaseHold, WatchHolds — over [`Fleet`], in domain types. Who is an
 //! operator is the doors' question; they pass the answer in.
 
-use std::sync::Arc;
-
-use tokio_stream::wrappers::ReceiverStream;
-
 use super::Service;
 use super::budgets::deposit;
 use super::error::{Error, ErrorKind, Violation, check_len};
 use crate::core::hold::Hold;
 use crate::core::{Policy, UnixMillis, limits};
-use crate::fleet::{AdmitOutcome, Fleet, HoldEventKind, matches};
+use crate::fleet::{AdmitOutcome, Fleet, MalformedToken, matches};
 
 /// Most counts one ReportOutcomes may carry.
 pub const MAX_OUTCOME_COUNTS: usize = 1_000;
@@ -67,7 +63,7 @@ impl HoldFilter<'_> {
 /// One page of ListHolds.
 #[derive(Debug, Clone, Default)]
 pub struct HoldPage {
-    /// The holds, ending soonest first.
+    /// The holds, in id order.
     pub holds: Vec<Shown>,
     /// Where the next page starts (empty: no more).
     pub next_page_token: String,
@@ -103,17 +99,14 @@ pub struct AdmitAsk<'a> {
     pub attempt: u32,
 }
 
-/// A change to a watched hold.
-#[derive(Debug, Clone)]
-pub struct WatchEvent {
-    /// Placed (or in force at the start), extended or lifted.
-    pub kind: HoldEventKind,
-    /// The hold after the change.
-    pub hold: Shown,
+/// What a ReportOutcomes did with its probe token.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeAnswer {
+    /// The hold the token names, after the report (none without a token).
+    pub hold: Option<Shown>,
+    /// The token was valid and its outcome counted.
+    pub accepted: bool,
 }
-
-/// The stream of a watch: events, then an error when it ends abnormally.
-pub type WatchEvents = ReceiverStream<Result<WatchEvent, Error>>;
 
 fn check_scope_fields(dependency: &str, tenant: &str, method: &str, prefix: &str) -> Result<(), Violation> {
     check_len(&format!("{prefix}dependency"), dependency, limits::MAX_DEPENDENCY)?;
@@ -136,9 +129,11 @@ fn resolve_catalog<'p>(policy: &'p Policy, name: &str, field: &str) -> Result<&'
     }
 }
 
-/// `h` with the tenant as a caller who is (or is not) an operator may see it.
-pub fn shown(fleet: &Fleet, h: Hold, operator: bool) -> Shown {
-    if operator {
+/// `h` with the tenant as a caller who is (or is not) an operator may see
+/// it: in clear for operators, and for the tenant the caller named in this
+/// request (`named`); every other tenant hashed.
+pub fn shown(fleet: &Fleet, h: Hold, operator: bool, named: &str) -> Shown {
+    if operator || (!named.is_empty() && h.key.tenant() == named) {
         return Shown::clear(h);
     }
     let tenant = fleet.hash_tenant(h.key.tenant());
@@ -165,13 +160,13 @@ impl Service {
 
     /// ReportOutcomes: counts are validated and capped; their first attempts
     /// are deposits of the fleet retry budgets. A probe token reports that
-    /// probe's result; the circuit is returned.
-    pub fn report_outcomes(
+    /// probe's result; the hold it names is returned.
+    pub async fn report_outcomes(
         &self,
         counts: &[OutcomeCount<'_>],
         probe_token: &str,
         probe_succeeded: bool,
-    ) -> Result<Option<Shown>, Error> {
+    ) -> Result<ProbeAnswer, Error> {
         let fleet = self.fleet()?;
         let policy = self.policy();
         if counts.len() > MAX_OUTCOME_COUNTS {
@@ -196,17 +191,17 @@ impl Service {
             deposit(&policy, fleet, catalog, c.dependency, c.tenant, n, now);
         }
         if probe_token.is_empty() {
-            return Ok(None);
+            return Ok(ProbeAnswer::default());
         }
-        let h = fleet
+        let report = fleet
             .report_probe(probe_token, probe_succeeded, UnixMillis::now())
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::NotFound,
-                    "probe_token: no open circuit in force has this probe",
-                )
-            })?;
-        Ok(Some(Shown::clear(h)))
+            .await
+            .map_err(|e: MalformedToken| Error::invalid("probe_token", e.to_string()))?;
+        Ok(ProbeAnswer {
+            // Everyone can see hold ids; tenants stay hashed for a token's bearer.
+            hold: report.hold.map(|h| shown(fleet, h, false, "")),
+            accepted: report.accepted,
+        })
     }
 
     /// ListHolds: one page of the holds in force matching `filter`.
@@ -226,24 +221,27 @@ impl Service {
             0 => PAGE_DEFAULT,
             n => usize::try_from(n).unwrap_or(PAGE_MAX).min(PAGE_MAX),
         };
-        let offset = match page_token {
-            "" => 0,
-            t => t
-                .parse::<usize>()
-                .map_err(|_| Error::invalid("page_token", "is not a token this server gave"))?,
+        // The cursor is the last id sent: ids are 16 hex digits.
+        let valid_cursor = page_token.len() <= MAX_ID && page_token.bytes().all(|b| b.is_ascii_hexdigit());
+        if !valid_cursor {
+            return Err(Error::invalid("page_token", "is not a token this server gave"));
+        }
+        // One more than asked: whether another page follows.
+        let mut holds = fleet.mirror().page(page_token, size + 1, UnixMillis::now(), |h| {
+            matches(h, filter.catalog, filter.dependency, filter.tenant)
+        });
+        let more = holds.len() > size;
+        holds.truncate(size);
+        let next_page_token = match holds.last() {
+            Some(h) if more => h.id.clone(),
+            _ => String::new(),
         };
-        let all = fleet.list(filter.catalog, filter.dependency, filter.tenant, UnixMillis::now());
-        let total = all.len();
-        let holds: Vec<Shown> = all
-            .into_iter()
-            .skip(offset)
-            .take(size)
-            .map(|h| shown(fleet, h, operator))
-            .collect();
-        let next = offset + holds.len();
         Ok(HoldPage {
-            holds,
-            next_page_token: if next < total { next.to_string() } else { String::new() },
+            holds: holds
+                .into_iter()
+                .map(|h| shown(fleet, h, operator, filter.tenant))
+                .collect(),
+            next_page_token,
         })
     }
 
@@ -262,75 +260,5 @@ impl Service {
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no hold {id:?} is in force")))?;
         tracing::info!(hold = %h.id, kind = h.kind.as_str(), dependency = %h.key.dependency, "hold released by an operator");
         Ok(Shown::clear(h))
-    }
-
-    /// WatchHolds: the holds in force as placed, then every change, until
-    /// the server drains (UNAVAILABLE) or the watcher goes away.
-    pub fn watch_holds(&self, filter: HoldFilter<'_>, operator: bool) -> Result<WatchEvents, Error> {
-        let fleet = Arc::clone(self.fleet()?);
-        filter.check()?;
-        let (catalog, dependency, tenant) = (
-            filter.catalog.to_owned(),
-            filter.dependency.to_owned(),
-            filter.tenant.to_owned(),
-        );
-        let mut draining = self.draining.clone();
-        // Subscribe before the snapshot: a change in between is seen twice, never missed.
-        let mut events = fleet.mirror().subscribe();
-        let initial = fleet.list(&catalog, &dependency, &tenant, UnixMillis::now());
-        // A small channel: a slow watcher slows only its own task, and lags
-        // out of the broadcast.
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(async move {
-            for h in initial {
-                let ev = WatchEvent {
-                    kind: HoldEventKind::Placed,
-                    hold: shown(&fleet, h, operator),
-                };
-                if tx.send(Ok(ev)).await.is_err() {
-                    return;
-                }
-            }
-            loop {
-                if *draining.borrow_and_update() {
-                    let _ = tx
-                        .send(Err(Error::new(
-                            ErrorKind::Unavailable,
-                            "server is shutting down; watch again elsewhere",
-                        )))
-                        .await;
-                    return;
-                }
-                tokio::select! {
-                    changed = draining.changed() => {
-                        if changed.is_err() {
-                            // The server is gone without a drain signal: end quietly.
-                            return;
-                        }
-                    }
-                    received = events.recv() => match received {
-                        Ok(e) => {
-                            if !matches(&e.hold, &catalog, &dependency, &tenant) {
-                                continue;
-                            }
-                            let ev = WatchEvent { kind: e.kind, hold: shown(&fleet, e.hold, operator) };
-                            if tx.send(Ok(ev)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                            // Too slow a reader: say so and end, rather than silently skip events.
-                            let _ = tx.send(Err(Error::new(
-                                ErrorKind::ResourceExhausted,
-                                format!("watch fell {missed} events behind; watch again"),
-                            ))).await;
-                            return;
-                        }
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                    }
-                }
-            }
-        });
-        Ok(ReceiverStream::new(rx))
     }
 }

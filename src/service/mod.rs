@@ -24,6 +24,7 @@ pub mod holds;
 pub mod observe;
 pub mod outcome;
 pub mod record;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -46,12 +47,15 @@ pub type PolicyHandle = Arc<ArcSwap<Policy>>;
 pub struct ServiceConfig {
     /// Most failures one ClassifyBatch may carry (`--max-batch`).
     pub max_batch: usize,
+    /// How WatchHolds streams are bounded.
+    pub watch: watch::WatchLimits,
 }
 
 impl Default for ServiceConfig {
     fn default() -> Self {
         ServiceConfig {
             max_batch: DEFAULT_MAX_BATCH,
+            watch: watch::WatchLimits::default(),
         }
     }
 }
@@ -66,6 +70,7 @@ pub struct Service {
     fleet: Option<Arc<Fleet>>,
     draining: tokio::sync::watch::Receiver<bool>,
     observer: Option<Arc<dyn DecisionObserver>>,
+    watchers: Arc<watch::Watchers>,
 }
 
 impl Service {
@@ -79,6 +84,7 @@ impl Service {
             fleet: None,
             draining: tokio::sync::watch::channel(false).1,
             observer: None,
+            watchers: Arc::default(),
         }
     }
 

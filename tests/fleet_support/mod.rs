@@ -4,3 +4,4 @@
 #![allow(dead_code)] // each test crate uses a different part
 
 pub mod scenarios;
+pub mod trust;

@@ -19,6 +19,9 @@ pub const TOKEN: &str = "operator-token-for-tests-0123456789";
 /// (the goal is 100 ms; this is the patience of a loaded CI machine).
 pub const SPREAD: Duration = Duration::from_secs(5);
 
+/// `--max-watch-streams-per-caller` of every test replica.
+pub const WATCH_STREAMS_PER_CALLER: usize = 4;
+
 /// A catalog whose circuit probes every 400 ms (the embedded one waits 30 s).
 const PROBES: &str = r#"
 name = "probes"
@@ -70,6 +73,8 @@ pub fn server_args(dir: &TempDir, state: &str) -> Vec<String> {
         &dir.join("hash-key").display().to_string(),
         "--policy",
         &dir.join("policy").display().to_string(),
+        "--max-watch-streams-per-caller",
+        &WATCH_STREAMS_PER_CALLER.to_string(),
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -184,6 +189,7 @@ pub async fn quota_stop(a: &Server, b: &Server) {
             catalog: "frontspin".into(),
             dependency: dep.into(),
             tenant: String::new(),
+            ..Default::default()
         }))
         .await
         .expect("watch")
@@ -546,6 +552,10 @@ pub async fn watch_ends_on_drain(s: &mut Server) {
         .await
         .expect("watch")
         .into_inner();
+    // An empty snapshot: SYNCED at once.
+    let synced = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
+    let synced = synced.expect("synced").expect("open").expect("event");
+    assert_eq!(synced.kind(), pb::HoldEventKind::Synced);
     s.terminate();
     let end = tokio::time::timeout(Duration::from_secs(10), watch.next())
         .await

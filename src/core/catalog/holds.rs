@@ -16,6 +16,11 @@ pub const DEFAULT_MAX_DELAY_MS: u64 = 25 * 3_600_000;
 /// The default probe interval of an open circuit.
 pub const DEFAULT_PROBE_EVERY_MS: u64 = 30_000;
 
+/// The default probe window of a quota stop or quarantine that reaches its
+/// end: the one probe's outcome must be reported within it, or the hold
+/// lifts for everyone.
+pub const DEFAULT_PROBE_TIMEOUT_MS: u64 = 30_000;
+
 /// `hold = { scope = "...", kind = "...", hold_ms = ..., probe_every_ms = ... }` on a rule.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +35,14 @@ pub struct HoldSource {
     /// Open circuits: one probe per this many milliseconds.
     #[serde(default)]
     pub probe_every_ms: Option<u64>,
+    /// Quota stops and quarantines: at their end, admit one probe before
+    /// lifting (default true; false: the hold ends for everyone at once).
+    #[serde(default)]
+    pub probe_on_end: Option<bool>,
+    /// Quota stops and quarantines: how long the probe phase waits for the
+    /// probe's outcome (default 30 s).
+    #[serde(default)]
+    pub probe_timeout_ms: Option<u64>,
 }
 
 /// `[quota]`: when an exhausted allowance comes back.
@@ -58,6 +71,8 @@ pub struct HoldRule {
     pub hold_ms: Option<u64>,
     /// Open circuits: the probe interval.
     pub probe_every_ms: u64,
+    /// Quota stops and quarantines: the probe phase after the end (0: none).
+    pub probe_window_ms: u64,
 }
 
 /// When an exhausted allowance resets.
@@ -155,12 +170,33 @@ pub fn compile_hold(s: &HoldSource) -> Result<HoldRule, Vec<(&'static str, Strin
     if s.probe_every_ms.is_some() && kind != Some(HoldKind::CircuitOpen) {
         errors.push(("probe_every_ms", "only an open circuit has probes".to_owned()));
     }
+    let phased = matches!(kind, Some(HoldKind::QuotaStop | HoldKind::Quarantine));
+    if s.probe_timeout_ms == Some(0) {
+        errors.push(("probe_timeout_ms", "must be positive".to_owned()));
+    }
+    for (set, key) in [
+        (s.probe_on_end.is_some(), "probe_on_end"),
+        (s.probe_timeout_ms.is_some(), "probe_timeout_ms"),
+    ] {
+        if set && !phased {
+            errors.push((
+                key,
+                "only a quota_stop or a quarantine ends with a probe phase".to_owned(),
+            ));
+        }
+    }
+    let probe_window_ms = if phased && s.probe_on_end.unwrap_or(true) {
+        s.probe_timeout_ms.unwrap_or(DEFAULT_PROBE_TIMEOUT_MS)
+    } else {
+        0
+    };
     match (scope, kind) {
         (Some(scope), Some(kind)) if errors.is_empty() => Ok(HoldRule {
             scope,
             kind,
             hold_ms: s.hold_ms,
             probe_every_ms: s.probe_every_ms.unwrap_or(DEFAULT_PROBE_EVERY_MS),
+            probe_window_ms,
         }),
         _ => Err(errors),
     }
@@ -286,6 +322,8 @@ mod tests {
             kind: "circuit_open".into(),
             hold_ms: None,
             probe_every_ms: Some(5_000),
+            probe_on_end: None,
+            probe_timeout_ms: None,
         })
         .unwrap();
         assert_eq!(
@@ -297,9 +335,46 @@ mod tests {
             kind: "pause".into(),
             hold_ms: Some(0),
             probe_every_ms: Some(1),
+            probe_on_end: None,
+            probe_timeout_ms: None,
         })
         .unwrap_err();
         let keys: Vec<_> = bad.iter().map(|(k, _)| *k).collect();
         assert_eq!(keys, ["scope", "hold_ms", "probe_every_ms"]);
+        let source = |kind: &str, on_end: Option<bool>, timeout: Option<u64>| HoldSource {
+            scope: "tenant".into(),
+            kind: kind.into(),
+            hold_ms: None,
+            probe_every_ms: None,
+            probe_on_end: on_end,
+            probe_timeout_ms: timeout,
+        };
+        // A quota stop or quarantine ends with a 30 s probe phase unless turned off.
+        assert_eq!(
+            compile_hold(&source("quota_stop", None, None)).unwrap().probe_window_ms,
+            30_000
+        );
+        assert_eq!(
+            compile_hold(&source("quarantine", None, Some(5_000)))
+                .unwrap()
+                .probe_window_ms,
+            5_000
+        );
+        assert_eq!(
+            compile_hold(&source("quota_stop", Some(false), None))
+                .unwrap()
+                .probe_window_ms,
+            0
+        );
+        // A pause keeps ending for everyone; a zero window is no window.
+        let keys = |r: Result<HoldRule, Vec<(&'static str, String)>>| -> Vec<&str> {
+            r.unwrap_err().iter().map(|(k, _)| *k).collect()
+        };
+        assert_eq!(keys(compile_hold(&source("pause", Some(true), None))), ["probe_on_end"]);
+        assert_eq!(
+            keys(compile_hold(&source("quarantine", None, Some(0)))),
+            ["probe_timeout_ms"]
+        );
+        assert_eq!(compile_hold(&source("pause", None, None)).unwrap().probe_window_ms, 0);
     }
 }

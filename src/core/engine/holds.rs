@@ -68,6 +68,7 @@ pub(super) fn plan<'a>(
         } else {
             0
         },
+        probe_window_ms: h.probe_window_ms,
         code: failure.code,
         rule: &rule.id,
         reason: rule.reason.get(Locale::En),

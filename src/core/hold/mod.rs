@@ -159,6 +159,11 @@ pub struct Hold {
     pub until: UnixMillis,
     /// Open circuits: one probe call per this many milliseconds.
     pub probe_every_ms: u64,
+    /// Quota stops and quarantines: how long the probe phase after `until`
+    /// lasts (0: none, the hold ends for everyone at `until`). In the phase
+    /// the hold stays in force and admits exactly one call fleet-wide.
+    #[serde(default)]
+    pub probe_window_ms: u64,
     /// The code of the failure that placed (or last extended) it.
     pub code: String,
     /// The catalog rule that placed it.
@@ -168,9 +173,41 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// In force at `now`.
+    /// When it stops being in force: `until`, plus its probe phase if any.
+    pub fn end(&self) -> UnixMillis {
+        self.until.plus_ms(self.probe_window_ms)
+    }
+
+    /// In force at `now` (its probe phase included).
     pub fn active(&self, now: UnixMillis) -> bool {
-        now < self.until
+        now < self.end()
+    }
+
+    /// In its probe phase at `now`: past `until`, before [`Hold::end`].
+    pub fn probing(&self, now: UnixMillis) -> bool {
+        self.probe_window_ms > 0 && self.until <= now && now < self.end()
+    }
+
+    /// The slot of the probe phase that starts at `until`: the instant
+    /// itself, so a phase after an extension is a later slot than any
+    /// before it (tokens of an earlier phase are superseded).
+    pub fn phase_slot(&self) -> u64 {
+        u64::try_from(self.until.0).unwrap_or(0)
+    }
+
+    /// The end shown to callers: the probe window's end while probing, else `until`.
+    pub fn shown_until(&self, now: UnixMillis) -> UnixMillis {
+        if self.probing(now) { self.end() } else { self.until }
+    }
+
+    /// When the next probe may go: an open circuit's next slot, or the
+    /// probe phase's start (`None` for a hold that never admits a probe).
+    pub fn next_probe_at(&self, now: UnixMillis) -> Option<UnixMillis> {
+        if self.kind == HoldKind::CircuitOpen && self.probe_every_ms > 0 {
+            let next = self.probe_slot(now).map_or(1, |n| n + 1);
+            return Some(self.probe_slot_at(next).min(self.until));
+        }
+        (self.probe_window_ms > 0).then_some(self.until)
     }
 
     /// The probe slot an open circuit offers at `now`: slot `n` opens at
@@ -190,16 +227,24 @@ impl Hold {
     }
 
     /// The earliest time a retry under this hold can go ahead: its end, or
-    /// for an open circuit its next probe slot.
+    /// for an open circuit its next probe slot; in a probe phase, the next
+    /// poll ([`PROBE_POLL_MS`] from now, at most the phase's end), since the
+    /// phase's one probe decides whether the hold lifts.
     pub fn retry_floor(&self, now: UnixMillis) -> UnixMillis {
         if self.kind == HoldKind::CircuitOpen {
             let next = self.probe_slot(now).map_or(1, |n| n + 1);
             self.probe_slot_at(next).min(self.until)
+        } else if self.probing(now) {
+            now.plus_ms(PROBE_POLL_MS).min(self.end())
         } else {
             self.until
         }
     }
 }
+
+/// How often a caller refused during a probe phase is told to ask again
+/// (Admit jitters it by ±20 %).
+pub const PROBE_POLL_MS: u64 = 1_000;
 
 /// A hold a decision asks to place (borrowed from the request and the catalog).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -218,6 +263,8 @@ pub struct HoldPlan<'a> {
     pub until: UnixMillis,
     /// Open circuits: the probe interval.
     pub probe_every_ms: u64,
+    /// Quota stops and quarantines: the probe phase after `until` (0: none).
+    pub probe_window_ms: u64,
     /// The failure's code.
     pub code: &'a str,
     /// The rule that asks for it.
@@ -246,6 +293,7 @@ impl HoldPlan<'_> {
             since: now,
             until: self.until,
             probe_every_ms: self.probe_every_ms,
+            probe_window_ms: self.probe_window_ms,
             code: self.code.to_owned(),
             rule: self.rule.to_owned(),
             reason: self.reason.to_owned(),
@@ -274,6 +322,8 @@ pub fn merge(existing: Option<&Hold>, until: UnixMillis, now: UnixMillis) -> Mer
     match existing {
         None => Merge::Place,
         Some(h) if !h.active(now) => Merge::Place,
+        // A failure in the probe phase re-places the hold: the stop is not over.
+        Some(h) if h.probing(now) && until > now => Merge::Extend,
         Some(h) if until <= h.until => Merge::Keep,
         Some(h) if h.until.ms_until(until) > announce_threshold_ms(h) => Merge::Extend,
         Some(_) => Merge::Keep,
@@ -301,9 +351,9 @@ pub enum Admission {
         /// When to ask again.
         retry_at: UnixMillis,
     },
-    /// Only open circuits cover it and one of them offers probe slot `slot`
-    /// now: the call is admitted as that circuit's probe if the slot can
-    /// still be taken (fleet-wide, exactly once).
+    /// Only open circuits and holds in their probe phase cover it, and one
+    /// of them offers probe slot `slot` now: the call is admitted as that
+    /// hold's probe if the slot can still be taken (fleet-wide, exactly once).
     ProbeDue {
         /// Index into the holds given to [`admit`].
         hold: usize,
@@ -315,12 +365,23 @@ pub enum Admission {
 /// Decides admission from the holds covering the call. `probe_taken(i, n)`
 /// says whether probe slot `n` of `holds[i]` is already known to be taken
 /// (the caller's mirror of the shared slot), so a refused slot costs no
-/// round trip.
-pub fn admit(holds: &[&Hold], now: UnixMillis, probe_taken: impl Fn(usize, u64) -> bool) -> Admission {
+/// round trip. `poll_ms` is how soon a caller refused in a probe phase
+/// asks again (already jittered by the caller).
+pub fn admit(holds: &[&Hold], now: UnixMillis, poll_ms: u64, probe_taken: impl Fn(usize, u64) -> bool) -> Admission {
     let mut blocking_until: Option<UnixMillis> = None;
     let mut next_probe: Option<UnixMillis> = None;
     let mut due: Option<(usize, u64)> = None;
     for (i, h) in holds.iter().enumerate().filter(|(_, h)| h.active(now)) {
+        if h.probing(now) {
+            let slot = h.phase_slot();
+            if !probe_taken(i, slot) && due.is_none() {
+                due = Some((i, slot));
+            } else {
+                let at = now.plus_ms(poll_ms).min(h.end());
+                next_probe = Some(next_probe.map_or(at, |p| p.max(at)));
+            }
+            continue;
+        }
         if h.kind != HoldKind::CircuitOpen {
             blocking_until = Some(blocking_until.map_or(h.until, |u| u.max(h.until)));
             continue;
@@ -349,23 +410,37 @@ pub fn admit(holds: &[&Hold], now: UnixMillis, probe_taken: impl Fn(usize, u64) 
     }
 }
 
-/// A probe token: the circuit's id and the slot, plus a nonce so that tokens
-/// are not guessable from the slot alone.
-pub fn probe_token(hold_id: &str, slot: u64, nonce: u64) -> String {
-    format!("{hold_id}.{slot}.{nonce:016x}")
+/// Hex digits of a probe token's nonce: 128 random bits, so a token cannot
+/// be guessed from the hold id and slot, which everyone can see.
+pub const NONCE_HEX: usize = 32;
+
+/// A probe token, parsed: `<hold id>.<slot>.<nonce>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeToken<'a> {
+    /// The hold it probes.
+    pub hold: &'a str,
+    /// The slot it was issued for (an open circuit's slot number, or a
+    /// probe phase's start).
+    pub slot: u64,
+    /// The nonce, 32 lowercase hex digits.
+    pub nonce: &'a str,
 }
 
-/// The hold id a probe token names, if it is well formed.
-pub fn probe_token_hold(token: &str) -> Option<&str> {
+/// A probe token for slot `slot` of hold `hold_id`.
+pub fn probe_token(hold_id: &str, slot: u64, nonce: u128) -> String {
+    format!("{hold_id}.{slot}.{nonce:032x}")
+}
+
+/// Parses a probe token (`None` when it is not well formed).
+pub fn parse_probe_token(token: &str) -> Option<ProbeToken<'_>> {
     let mut parts = token.rsplitn(3, '.');
     let nonce = parts.next()?;
-    let slot = parts.next()?;
-    let id = parts.next()?;
-    let ok = nonce.len() == 16
-        && nonce.bytes().all(|b| b.is_ascii_hexdigit())
-        && slot.parse::<u64>().is_ok()
-        && !id.is_empty();
-    ok.then_some(id)
+    let slot = parts.next()?.parse::<u64>().ok()?;
+    let hold = parts.next()?;
+    let ok = nonce.len() == NONCE_HEX
+        && nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && !hold.is_empty();
+    ok.then_some(ProbeToken { hold, slot, nonce })
 }
 
 /// Stored holds carry their instants as plain milliseconds.

@@ -23,6 +23,7 @@ fn hold(kind: HoldKind, since: i64, until: i64, probe_every_ms: u64) -> Hold {
         since: UnixMillis(since),
         until: UnixMillis(until),
         probe_every_ms,
+        probe_window_ms: 0,
         code: "X".into(),
         rule: "r".into(),
         reason: "why".into(),
@@ -233,45 +234,45 @@ fn admit_refuses_under_a_hold_and_spaces_probes() {
     let pause = hold(HoldKind::Pause, 0, 10_000, 0);
     let circuit = hold(HoldKind::CircuitOpen, 0, 1_000_000, 30_000);
     let never = |_: usize, _: u64| false;
-    assert_eq!(admit(&[], UnixMillis(5), never), Admission::Admitted);
+    assert_eq!(admit(&[], UnixMillis(5), 1_000, never), Admission::Admitted);
     assert_eq!(
-        admit(&[&pause], UnixMillis(5), never),
+        admit(&[&pause], UnixMillis(5), 1_000, never),
         Admission::Refused {
             retry_at: UnixMillis(10_000)
         }
     );
     assert_eq!(
-        admit(&[&pause], UnixMillis(10_000), never),
+        admit(&[&pause], UnixMillis(10_000), 1_000, never),
         Admission::Admitted,
         "ended"
     );
     // Before the first slot: refused until it opens.
     assert_eq!(
-        admit(&[&circuit], UnixMillis(29_999), never),
+        admit(&[&circuit], UnixMillis(29_999), 1_000, never),
         Admission::Refused {
             retry_at: UnixMillis(30_000)
         }
     );
     // Slot 1 at 30 s, slot 2 at 60 s.
     assert_eq!(
-        admit(&[&circuit], UnixMillis(30_000), never),
+        admit(&[&circuit], UnixMillis(30_000), 1_000, never),
         Admission::ProbeDue { hold: 0, slot: 1 }
     );
     assert_eq!(
-        admit(&[&circuit], UnixMillis(59_999), |_, n| n == 1),
+        admit(&[&circuit], UnixMillis(59_999), 1_000, |_, n| n == 1),
         Admission::Refused {
             retry_at: UnixMillis(60_000)
         }
     );
     assert_eq!(
-        admit(&[&circuit], UnixMillis(61_000), |_, n| n == 1),
+        admit(&[&circuit], UnixMillis(61_000), 1_000, |_, n| n == 1),
         Admission::ProbeDue { hold: 0, slot: 2 }
     );
     // No probe gets through a pause on the same call; slot 1 is still
     // untaken when the pause ends, so that is when to ask again.
     let long_pause = hold(HoldKind::Pause, 0, 45_000, 0);
     assert_eq!(
-        admit(&[&circuit, &long_pause], UnixMillis(30_000), never),
+        admit(&[&circuit, &long_pause], UnixMillis(30_000), 1_000, never),
         Admission::Refused {
             retry_at: UnixMillis(45_000)
         }
@@ -279,19 +280,74 @@ fn admit_refuses_under_a_hold_and_spaces_probes() {
 }
 
 #[test]
-fn probe_tokens_name_their_circuit() {
+fn probe_tokens_carry_their_hold_slot_and_a_128_bit_nonce() {
     let t = probe_token("abc.def", 7, 0xfeed);
-    assert_eq!(probe_token_hold(&t), Some("abc.def"));
+    let parsed = parse_probe_token(&t).expect("well formed");
+    assert_eq!((parsed.hold, parsed.slot), ("abc.def", 7));
+    assert_eq!(parsed.nonce, format!("{:032x}", 0xfeed));
     for bad in [
         "",
         "x",
         "id.1",
-        "id.x.0000000000000001",
-        ".1.0000000000000001",
+        "id.x.0000000000000000000000000000000a",
+        ".1.0000000000000000000000000000000a",
         "id.1.zz",
+        // The 64-bit nonces of earlier versions are no longer tokens.
+        "id.1.0000000000000001",
+        "id.1.0000000000000000000000000000000A",
+        "id.18446744073709551616.0000000000000000000000000000000a",
     ] {
-        assert_eq!(probe_token_hold(bad), None, "{bad:?}");
+        assert_eq!(parse_probe_token(bad), None, "{bad:?}");
     }
+    let max = probe_token("h", u64::MAX, u128::MAX);
+    assert_eq!(parse_probe_token(&max).map(|p| p.slot), Some(u64::MAX));
+}
+
+#[test]
+fn a_stop_with_a_probe_phase_admits_one_probe_then_polls() {
+    let mut stop = hold(HoldKind::QuotaStop, 0, 10_000, 0);
+    stop.probe_window_ms = 30_000;
+    let never = |_: usize, _: u64| false;
+    // Before the end: refused until the end (the phase's start).
+    assert_eq!(
+        admit(&[&stop], UnixMillis(5_000), 1_000, never),
+        Admission::Refused {
+            retry_at: UnixMillis(10_000)
+        }
+    );
+    assert_eq!(stop.next_probe_at(UnixMillis(5_000)), Some(UnixMillis(10_000)));
+    assert!(!stop.probing(UnixMillis(9_999)) && stop.probing(UnixMillis(10_000)));
+    // At the end: the phase's one probe is due ...
+    assert_eq!(
+        admit(&[&stop], UnixMillis(10_000), 1_000, never),
+        Admission::ProbeDue { hold: 0, slot: 10_000 }
+    );
+    // ... and once taken, everyone else polls, never past the window's end.
+    assert_eq!(
+        admit(&[&stop], UnixMillis(10_000), 1_200, |_, n| n == 10_000),
+        Admission::Refused {
+            retry_at: UnixMillis(11_200)
+        }
+    );
+    assert_eq!(
+        admit(&[&stop], UnixMillis(39_500), 1_000, |_, n| n == 10_000),
+        Admission::Refused {
+            retry_at: UnixMillis(40_000)
+        }
+    );
+    assert_eq!(stop.shown_until(UnixMillis(10_000)), UnixMillis(40_000));
+    assert_eq!(stop.shown_until(UnixMillis(9_000)), UnixMillis(10_000));
+    // No failure by the window's end: it ends for everyone.
+    assert_eq!(admit(&[&stop], UnixMillis(40_000), 1_000, never), Admission::Admitted);
+    // A failure in the phase re-places it, however close the new end.
+    assert_eq!(
+        merge(Some(&stop), UnixMillis(10_500), UnixMillis(10_100)),
+        Merge::Extend
+    );
+    // A pause without a phase ends for everyone.
+    let pause = hold(HoldKind::Pause, 0, 10_000, 0);
+    assert_eq!(admit(&[&pause], UnixMillis(10_000), 1_000, never), Admission::Admitted);
+    assert_eq!(pause.next_probe_at(UnixMillis(0)), None);
 }
 
 #[test]

@@ -11,6 +11,7 @@ fn plan<'a>(scope: HoldScope, dependency: &'a str, subject: &'a str, until_ms: u
         subject,
         until: NOW.plus_ms(until_ms),
         probe_every_ms: 0,
+        probe_window_ms: 0,
         code: "QUEUE_OVERFLOW",
         rule: "vibecode/QUEUE_OVERFLOW/read",
         reason: "why",
@@ -136,9 +137,9 @@ fn a_probe_slot_is_taken_once() {
     let m = Mirror::new(10);
     let mut id = ids();
     m.place(&plan(HoldScope::Dependency, "p", "", 60_000), NOW, &mut id);
-    assert!(m.try_take_probe("id1", 1));
-    assert!(!m.try_take_probe("id1", 1));
+    assert!(m.try_take_probe("id1", 1, "n1"));
+    assert!(!m.try_take_probe("id1", 1, "n1"));
     assert!(m.probe_taken("id1", 1) && !m.probe_taken("id1", 2));
-    assert!(m.try_take_probe("id1", 2));
-    assert!(!m.try_take_probe("unknown", 1));
+    assert!(m.try_take_probe("id1", 2, "n2"));
+    assert!(!m.try_take_probe("unknown", 1, "n"));
 }

@@ -68,14 +68,42 @@ pub fn hold_pattern(ns: &str) -> String {
     format!("{ns}:{{*}}:hold:*")
 }
 
-/// The key of probe slot `slot` of the circuit `hold` (same slot as the hold).
-pub fn probe_key(ns: &str, hold: &Hold, slot: u64) -> String {
+/// The key of `hold`'s latest probe slot (same Redis Cluster slot as the
+/// hold): `<slot>:<nonce>`, then `:u` once its token was reported.
+pub fn probe_key(ns: &str, hold: &Hold) -> String {
     format!(
-        "{ns}:{{{}}}:probe:{}:{slot}",
+        "{ns}:{{{}}}:probe:{}",
         scope_tag(hold),
         hex_prefix(hold.id.as_bytes(), 16)
     )
 }
+
+/// Take a probe slot. `KEYS[1]` the probe key; ARGV: slot, nonce, ms to
+/// keep it. Taken (1) only when no slot as late is already taken.
+pub const TAKE_PROBE_SCRIPT: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local s = tonumber(string.match(cur, '^(%d+):'))
+  if s and s >= tonumber(ARGV[1]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
+return 1
+";
+
+/// Redeem a probe token: compare, then mark it reported. `KEYS[1]` the
+/// probe key; ARGV: slot, nonce. Returns `accepted`, `forged`, `reused` or
+/// `superseded` (the words of `fleet::Redeemed`).
+pub const REDEEM_PROBE_SCRIPT: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 'forged' end
+local s, n, used = string.match(cur, '^(%d+):(%x+)(.*)$')
+if not s then return 'forged' end
+if tonumber(s) > tonumber(ARGV[1]) then return 'superseded' end
+if s ~= ARGV[1] or n ~= ARGV[2] then return 'forged' end
+if used == ':u' then return 'reused' end
+redis.call('SET', KEYS[1], cur .. ':u', 'KEEPTTL')
+return 'accepted'
+";
 
 /// The channel every replica publishes and subscribes to.
 pub fn channel(ns: &str) -> String {
@@ -89,7 +117,8 @@ pub fn kind_of_key(key: &str) -> Option<HoldKind> {
 }
 
 /// Place or extend, extend-only. `KEYS[1]` the hold key, `KEYS[2]` its
-/// tombstone; ARGV: id, since, until, hold JSON, channel, origin. A hold
+/// tombstone; ARGV: id, since, until, hold JSON, channel, origin, and the
+/// instant the key expires (the end of the hold's probe phase). A hold
 /// already lifted (its id is the tombstone) is refused (status 3); a hold
 /// in force with an end at least as late is kept (status 0); a later end
 /// extends it, keeping its id and since (status 2); otherwise the hold is
@@ -107,13 +136,13 @@ if cur[1] and cur[3] and cur[4] then
     return {0, cur[1], since, cur[3], cur[4]}
   end
   redis.call('HSET', KEYS[1], 'u', ARGV[3], 'j', ARGV[4])
-  redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[7])
   redis.call('PUBLISH', ARGV[5], 'extended\n' .. ARGV[6] .. '\n' .. cur[1] .. '\n' .. since .. '\n' .. ARGV[4])
   return {2, cur[1], since, ARGV[3], ARGV[4]}
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 's', ARGV[2], 'u', ARGV[3], 'j', ARGV[4])
-redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+redis.call('PEXPIREAT', KEYS[1], ARGV[7])
 redis.call('PUBLISH', ARGV[5], 'placed\n' .. ARGV[6] .. '\n' .. ARGV[1] .. '\n' .. ARGV[2] .. '\n' .. ARGV[4])
 return {1, ARGV[1], ARGV[2], ARGV[3], ARGV[4]}
 ";
@@ -218,6 +247,7 @@ mod tests {
             since: UnixMillis(1_700_000_000_000),
             until: UnixMillis(1_700_000_060_000),
             probe_every_ms: 0,
+            probe_window_ms: 0,
             code: "RATE_LIMITED".into(),
             rule: "r".into(),
             reason: "quota\nexhausted".into(),
@@ -231,7 +261,7 @@ mod tests {
         assert!(key.len() < 80, "{key}");
         assert!(key.ends_with(":hold:quota_stop"));
         let tag = &key[key.find('{').unwrap()..=key.find('}').unwrap()];
-        assert!(probe_key("retryd", &long, 7).contains(tag));
+        assert!(probe_key("retryd", &long).contains(tag));
         assert!(lifted_key("retryd", &long).contains(tag));
         assert_eq!(
             kind_of_key(&lifted_key("retryd", &long)),

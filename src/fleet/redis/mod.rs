@@ -64,7 +64,7 @@ pub use conn::Topology;
 use conn::{Conn, Target, Timeouts};
 pub use options::{RedisOptions, RedisTls};
 
-use super::mirror::Mirror;
+use super::mirror::{Mirror, Redeemed};
 use super::store::{SharedStore, StoreError, StoreFuture};
 use crate::core::hold::Hold;
 use crate::core::time::UnixMillis;
@@ -122,6 +122,8 @@ struct Shared {
     mirror: OnceLock<Arc<Mirror>>,
     put_script: Script,
     lift_script: Script,
+    take_probe_script: Script,
+    redeem_probe_script: Script,
     /// Set when the store is dropped: its tasks end.
     stop: watch::Sender<bool>,
 }
@@ -264,6 +266,8 @@ impl RedisStore {
             mirror: OnceLock::new(),
             put_script: Script::new(keys::PUT_SCRIPT),
             lift_script: Script::new(keys::LIFT_SCRIPT),
+            take_probe_script: Script::new(keys::TAKE_PROBE_SCRIPT),
+            redeem_probe_script: Script::new(keys::REDEEM_PROBE_SCRIPT),
             stop: watch::Sender::new(false),
         });
         Ok(Arc::new(RedisStore {
@@ -301,31 +305,75 @@ impl SharedStore for RedisStore {
         self.shared.enqueue(Op::Lift(hold.clone()));
     }
 
-    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64) -> StoreFuture<'a, bool> {
+    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let local = || {
                 self.shared
                     .mirror
                     .get()
-                    .is_some_and(|m| m.try_take_probe(&hold.id, slot))
+                    .is_some_and(|m| m.try_take_probe(&hold.id, slot, nonce))
             };
             let Some(conn) = self.shared.conn.load_full() else {
                 return local();
             };
             let mut conn = (*conn).clone();
-            let key = keys::probe_key(&self.shared.opts.namespace, hold, slot);
-            let px = hold.probe_every_ms.saturating_mul(2).max(1);
-            let mut cmd = ::redis::cmd("SET");
-            cmd.arg(&key).arg(&self.shared.origin).arg("NX").arg("PX").arg(px);
-            let set = cmd.query_async::<Option<String>>(&mut conn);
-            match tokio::time::timeout(self.shared.opts.probe_timeout, set).await {
-                Ok(Ok(taken)) => taken.is_some(),
+            // Kept while the hold may still be in force, and a minute more
+            // for a slow probe's report.
+            let keep = UnixMillis::now().ms_until(hold.end()).saturating_add(60_000);
+            let mut call = self.shared.take_probe_script.prepare_invoke();
+            call.key(keys::probe_key(&self.shared.opts.namespace, hold))
+                .arg(slot)
+                .arg(nonce)
+                .arg(keep);
+            let run = call.invoke_async::<i64>(&mut conn);
+            match tokio::time::timeout(self.shared.opts.probe_timeout, run).await {
+                Ok(Ok(taken)) => taken == 1,
                 Ok(Err(e)) => {
                     self.shared.failed("taking a probe slot", &e);
                     local()
                 }
                 Err(_) => {
                     self.shared.error("taking a probe slot", &"timed out");
+                    local()
+                }
+            }
+        })
+    }
+
+    fn redeem_probe<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, Redeemed> {
+        Box::pin(async move {
+            let local = || {
+                self.shared
+                    .mirror
+                    .get()
+                    .map_or(Redeemed::Forged, |m| m.redeem_probe(&hold.id, slot, nonce))
+            };
+            let Some(conn) = self.shared.conn.load_full() else {
+                return local();
+            };
+            let mut conn = (*conn).clone();
+            let mut call = self.shared.redeem_probe_script.prepare_invoke();
+            call.key(keys::probe_key(&self.shared.opts.namespace, hold))
+                .arg(slot)
+                .arg(nonce);
+            let run = call.invoke_async::<String>(&mut conn);
+            match tokio::time::timeout(self.shared.opts.probe_timeout, run).await {
+                Ok(Ok(word)) => {
+                    let redeemed = Redeemed::from_word(&word).unwrap_or(Redeemed::Forged);
+                    if redeemed == Redeemed::Accepted {
+                        // Spent here too, for reports that arrive while Redis is away.
+                        if let Some(m) = self.shared.mirror.get() {
+                            m.redeem_probe(&hold.id, slot, nonce);
+                        }
+                    }
+                    redeemed
+                }
+                Ok(Err(e)) => {
+                    self.shared.failed("redeeming a probe token", &e);
+                    local()
+                }
+                Err(_) => {
+                    self.shared.error("redeeming a probe token", &"timed out");
                     local()
                 }
             }

@@ -66,7 +66,8 @@ async fn put(shared: &Shared, conn: &mut Conn, hold: &Hold) -> bool {
         .arg(hold.until.0)
         .arg(&json)
         .arg(&shared.channel)
-        .arg(&shared.origin);
+        .arg(&shared.origin)
+        .arg(hold.end().0);
     let run = call.invoke_async::<(i64, String, String, String, Vec<u8>)>(conn);
     match tokio::time::timeout(shared.opts.command_timeout, run).await {
         Ok(Ok((status, id, since, _until, stored))) => {
@@ -101,7 +102,7 @@ async fn lift(shared: &Shared, conn: &mut Conn, hold: &Hold) -> bool {
     call.key(keys::hold_key(&shared.opts.namespace, hold))
         .key(keys::lifted_key(&shared.opts.namespace, hold))
         .arg(&hold.id)
-        .arg(hold.until.0)
+        .arg(hold.end().0)
         .arg(&shared.channel)
         .arg(&shared.origin)
         .arg(&json);

@@ -1,0 +1,323 @@
+//! WatchHolds: the holds in force, sent page by page from the mirror (never
+//! copied whole per stream), then `synced`, then every change — bounded per
+//! stream (a few events queued), per caller and server-wide, and ended when
+//! its client takes nothing for the stall timeout.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::Service;
+use super::error::{Error, ErrorKind, check_len};
+use super::holds::{Shown, shown};
+use crate::core::hold::Hold;
+use crate::core::{UnixMillis, limits};
+use crate::fleet::{Fleet, HoldEventKind};
+
+/// Counter of answers and watch streams ended because their client took
+/// nothing of them for `--stall-timeout` (shared with the doors' answers).
+pub const STALLED_TOTAL: &str = "retryd_answers_stalled_total";
+/// Gauge of WatchHolds streams open.
+pub const WATCH_STREAMS: &str = "retryd_watch_streams";
+/// Counter of WatchHolds refused at a stream limit, labelled `limit` (`caller`, `server`).
+pub const WATCH_REFUSED_TOTAL: &str = "retryd_watch_streams_refused_total";
+
+/// Most dependencies one watch may name.
+pub const MAX_WATCH_DEPENDENCIES: usize = 256;
+/// Holds read from the mirror per snapshot page.
+const SNAPSHOT_PAGE: usize = 64;
+/// Events queued per stream beyond what its connection took: a stream
+/// holds at most this many (each at most a hold's 8 KiB bound).
+const QUEUED_EVENTS: usize = 16;
+
+/// How watches are bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchLimits {
+    /// Streams one caller may hold open (`--max-watch-streams-per-caller`).
+    pub per_caller: usize,
+    /// Streams open in all (`--max-watch-streams`).
+    pub total: usize,
+    /// A stream whose client takes nothing for this long is ended (`--stall-timeout`).
+    pub stall_timeout: Duration,
+}
+
+impl Default for WatchLimits {
+    fn default() -> Self {
+        WatchLimits {
+            per_caller: 64,
+            total: 10_000,
+            stall_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The streams open, per caller (entries exist only while a stream does,
+/// so the table is bounded by [`WatchLimits::total`]).
+#[derive(Debug, Default)]
+pub struct Watchers {
+    open: Mutex<(usize, HashMap<String, usize>)>,
+}
+
+/// One open stream's place; gives it back when dropped.
+#[derive(Debug)]
+struct Seat {
+    watchers: Arc<Watchers>,
+    caller: String,
+}
+
+impl Watchers {
+    fn enter(self: &Arc<Self>, caller: &str, limits: WatchLimits) -> Result<Seat, Error> {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = open.1.get(caller).copied().unwrap_or(0);
+        let refused = if open.0 >= limits.total {
+            Some((
+                "server",
+                format!("{} watch streams are open (--max-watch-streams)", open.0),
+            ))
+        } else if mine >= limits.per_caller {
+            Some((
+                "caller",
+                format!(
+                    "this caller has {mine} watch streams open (--max-watch-streams-per-caller); watch several dependencies on one stream"
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some((limit, why)) = refused {
+            metrics::counter!(WATCH_REFUSED_TOTAL, "limit" => limit).increment(1);
+            return Err(Error::new(ErrorKind::ResourceExhausted, why));
+        }
+        open.0 += 1;
+        *open.1.entry(caller.to_owned()).or_default() += 1;
+        metrics::gauge!(WATCH_STREAMS).set(open.0 as f64);
+        Ok(Seat {
+            watchers: Arc::clone(self),
+            caller: caller.to_owned(),
+        })
+    }
+
+    /// Streams open now.
+    pub fn open(&self) -> usize {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut open = self
+            .watchers
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.0 = open.0.saturating_sub(1);
+        if let Some(n) = open.1.get_mut(&self.caller) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.caller);
+            }
+        }
+        metrics::gauge!(WATCH_STREAMS).set(open.0 as f64);
+    }
+}
+
+/// Which holds a watch covers (empty matches all).
+#[derive(Debug, Clone, Default)]
+pub struct WatchFilter {
+    /// Catalog.
+    pub catalog: String,
+    /// Any of these dependency instances (empty: all).
+    pub dependencies: Vec<String>,
+    /// Tenant, raw.
+    pub tenant: String,
+}
+
+impl WatchFilter {
+    fn check(&self) -> Result<(), Error> {
+        check_len("catalog", &self.catalog, limits::MAX_CATALOG)?;
+        check_len("tenant", &self.tenant, limits::MAX_TENANT)?;
+        if self.dependencies.len() > MAX_WATCH_DEPENDENCIES {
+            return Err(Error::invalid(
+                "dependencies",
+                format!(
+                    "{} entries; the limit is {MAX_WATCH_DEPENDENCIES}",
+                    self.dependencies.len()
+                ),
+            ));
+        }
+        for (i, d) in self.dependencies.iter().enumerate() {
+            check_len(&format!("dependencies[{i}]"), d, limits::MAX_DEPENDENCY)?;
+        }
+        Ok(())
+    }
+
+    fn matches(&self, h: &Hold) -> bool {
+        (self.catalog.is_empty() || h.key.catalog == self.catalog)
+            && (self.dependencies.is_empty() || self.dependencies.contains(&h.key.dependency))
+            && (self.tenant.is_empty() || h.key.tenant() == self.tenant)
+    }
+}
+
+/// A change to a watched hold.
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    /// Placed (or in force at the start), extended, lifted, probing, or synced.
+    pub kind: HoldEventKind,
+    /// The hold after the change (`None` for `Synced`).
+    pub hold: Option<Shown>,
+    /// The server's clock when the event was sent.
+    pub server_time: UnixMillis,
+}
+
+/// The stream of a watch: events, then an error when it ends abnormally.
+pub type WatchEvents = ReceiverStream<Result<WatchEvent, Error>>;
+
+/// The sending end of one stream.
+struct Out {
+    tx: mpsc::Sender<Result<WatchEvent, Error>>,
+    stall: Duration,
+}
+
+impl Out {
+    /// Queues `kind` of `hold`; false when the stream is over (its client
+    /// went away, or took nothing for the stall timeout: then it is ended
+    /// with RESOURCE_EXHAUSTED).
+    async fn send(&self, kind: HoldEventKind, hold: Option<Shown>) -> bool {
+        // Two places, of which one is used: the last place is kept for the
+        // error that ends a stalled stream.
+        match tokio::time::timeout(self.stall, self.tx.reserve_many(2)).await {
+            Ok(Ok(mut permits)) => {
+                if let Some(p) = permits.next() {
+                    p.send(Ok(WatchEvent {
+                        kind,
+                        hold,
+                        server_time: UnixMillis::now(),
+                    }));
+                }
+                true
+            }
+            Ok(Err(_)) => false,
+            Err(_) => {
+                metrics::counter!(STALLED_TOTAL).increment(1);
+                tracing::debug!(stall = ?self.stall, "watch stream ended: its client took nothing (--stall-timeout)");
+                let _ = self.tx.try_send(Err(Error::new(
+                    ErrorKind::ResourceExhausted,
+                    format!(
+                        "the watch's client took nothing for {:?} (--stall-timeout); watch again",
+                        self.stall
+                    ),
+                )));
+                false
+            }
+        }
+    }
+
+    async fn fail(&self, e: Error) {
+        let _ = tokio::time::timeout(self.stall, self.tx.send(Err(e))).await;
+    }
+}
+
+impl Service {
+    /// WatchHolds: the holds in force, then `synced`, then every change,
+    /// until the server drains (UNAVAILABLE), the watcher goes away, falls
+    /// too far behind or stalls (RESOURCE_EXHAUSTED).
+    pub fn watch_holds(&self, filter: WatchFilter, operator: bool, caller: &str) -> Result<WatchEvents, Error> {
+        let fleet = Arc::clone(self.fleet()?);
+        filter.check()?;
+        let limits = self.config.watch;
+        let seat = self.watchers.enter(caller, limits)?;
+        let draining = self.draining.clone();
+        // Subscribe before the snapshot: a change in between is seen twice, never missed.
+        let events = fleet.mirror().subscribe();
+        let (tx, rx) = mpsc::channel(QUEUED_EVENTS + 1);
+        let out = Out {
+            tx,
+            stall: limits.stall_timeout.max(Duration::from_millis(1)),
+        };
+        tokio::spawn(async move {
+            let _seat = seat;
+            if snapshot(&fleet, &filter, operator, &out).await {
+                follow(&fleet, &filter, operator, &out, events, draining).await;
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+}
+
+/// Sends the holds in force, page by page in id order, then `synced`.
+async fn snapshot(fleet: &Fleet, filter: &WatchFilter, operator: bool, out: &Out) -> bool {
+    let mut after = String::new();
+    loop {
+        let now = UnixMillis::now();
+        let page = fleet.mirror().page(&after, SNAPSHOT_PAGE, now, |h| filter.matches(h));
+        let last = page.len() < SNAPSHOT_PAGE;
+        if let Some(h) = page.last() {
+            after.clone_from(&h.id);
+        }
+        for h in page {
+            let kind = if h.probing(now) {
+                HoldEventKind::Probing
+            } else {
+                HoldEventKind::Placed
+            };
+            if !out.send(kind, Some(shown(fleet, h, operator, &filter.tenant))).await {
+                return false;
+            }
+        }
+        if last {
+            return out.send(HoldEventKind::Synced, None).await;
+        }
+    }
+}
+
+/// Sends every change until the stream ends.
+async fn follow(
+    fleet: &Fleet,
+    filter: &WatchFilter,
+    operator: bool,
+    out: &Out,
+    mut events: tokio::sync::broadcast::Receiver<crate::fleet::HoldEvent>,
+    mut draining: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        if *draining.borrow_and_update() {
+            out.fail(Error::new(
+                ErrorKind::Unavailable,
+                "server is shutting down; watch again elsewhere",
+            ))
+            .await;
+            return;
+        }
+        tokio::select! {
+            // The watcher went away: give its place back now, not at the next event.
+            () = out.tx.closed() => return,
+            changed = draining.changed() => {
+                if changed.is_err() {
+                    // The server is gone without a drain signal: end quietly.
+                    return;
+                }
+            }
+            received = events.recv() => match received {
+                Ok(e) => {
+                    if filter.matches(&e.hold) && !out.send(e.kind, Some(shown(fleet, e.hold, operator, &filter.tenant))).await {
+                        return;
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    // Too slow a reader: say so and end, rather than silently skip events.
+                    out.fail(Error::new(
+                        ErrorKind::ResourceExhausted,
+                        format!("watch fell {missed} events behind; watch again"),
+                    ))
+                    .await;
+                    return;
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+}
