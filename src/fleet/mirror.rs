@@ -4,8 +4,8 @@
 //! store's subscription and rebuilt on (re)connect.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
 use tokio::sync::broadcast;
 
@@ -96,10 +96,13 @@ struct State {
     /// storage key → the holds of that key, one per kind. Looked up three
     /// times a decision while any hold is in force: foldhash, seeded per
     /// process (keys carry client-chosen tenants), at a fraction of SipHash.
-    by_key: HashMap<String, Vec<Hold>, foldhash::fast::RandomState>,
+    /// The key is shared with `by_id` (one allocation per scope), and each
+    /// scope's list starts with room for one hold (a `Vec`'s first growth
+    /// would reserve four: most of a hold's memory).
+    by_key: HashMap<Arc<str>, Vec<Hold>, foldhash::fast::RandomState>,
     /// hold id → storage key, in id order: ListHolds' cursor and a watch's
     /// snapshot walk it (an extended hold keeps its place).
-    by_id: BTreeMap<String, String>,
+    by_id: BTreeMap<String, Arc<str>>,
     /// hold id → what is known of its latest probe slot.
     probes: HashMap<String, ProbeRecord>,
     /// (instant, hold id): when each hold next changes by itself — its
@@ -133,9 +136,13 @@ impl State {
 
     fn insert(&mut self, key: String, hold: Hold) -> Option<Hold> {
         let id = hold.id.clone();
-        self.by_id.insert(id.clone(), key.clone());
+        let key: Arc<str> = match self.by_key.get_key_value(key.as_str()) {
+            Some((shared, _)) => Arc::clone(shared),
+            None => Arc::from(key),
+        };
+        self.by_id.insert(id.clone(), Arc::clone(&key));
         let indexed = hold.clone();
-        let holds = self.by_key.entry(key).or_default();
+        let holds = self.by_key.entry(key).or_insert_with(|| Vec::with_capacity(1));
         let old = match holds.iter_mut().find(|h| h.kind == hold.kind) {
             Some(slot) => Some(std::mem::replace(slot, hold)),
             None => {

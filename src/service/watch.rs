@@ -321,3 +321,143 @@ async fn follow(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use arc_swap::ArcSwap;
+    use tokio_stream::StreamExt as _;
+
+    use super::*;
+    use crate::core::Policy;
+    use crate::core::hold::{HoldKind, HoldPlan, HoldScope};
+    use crate::fleet::{Fleet, FleetConfig};
+    use crate::service::ServiceConfig;
+
+    fn service(holds: usize, stall: Duration) -> (Service, Arc<Fleet>, tokio::sync::watch::Sender<bool>) {
+        let policy = Arc::new(ArcSwap::from_pointee(Policy::embedded().expect("policy")));
+        let fleet = Fleet::in_memory(FleetConfig::default());
+        let now = UnixMillis::now();
+        for i in 0..holds {
+            let tenant = format!("tenant-{i}");
+            let plan = HoldPlan {
+                scope: HoldScope::Tenant,
+                kind: HoldKind::QuotaStop,
+                catalog: "frontspin",
+                dependency: "portal",
+                subject: &tenant,
+                until: now.plus_ms(600_000),
+                probe_every_ms: 0,
+                probe_window_ms: 30_000,
+                code: "RATE_LIMITED",
+                rule: "r",
+                reason: "quota",
+            };
+            fleet.mirror().place(&plan, now, || format!("{i:016x}"));
+        }
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let config = ServiceConfig {
+            watch: WatchLimits {
+                per_caller: 2,
+                total: 3,
+                stall_timeout: stall,
+            },
+            ..ServiceConfig::default()
+        };
+        let s = Service::new(policy, config).with_fleet(Arc::clone(&fleet), rx);
+        (s, fleet, tx)
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_is_every_hold_once_in_id_order_then_synced() {
+        let (s, _fleet, _drain) = service(300, Duration::from_secs(10));
+        let mut events = s.watch_holds(WatchFilter::default(), true, "c").expect("watch");
+        let mut ids = Vec::new();
+        loop {
+            let ev = events.next().await.expect("open").expect("event");
+            if ev.kind == HoldEventKind::Synced {
+                break;
+            }
+            assert_eq!(ev.kind, HoldEventKind::Placed);
+            ids.push(ev.hold.expect("hold").hold.id);
+        }
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!((ids.len(), ids), (300, sorted));
+    }
+
+    #[tokio::test]
+    async fn streams_are_capped_per_caller_and_in_all_and_places_come_back() {
+        let (s, _fleet, _drain) = service(0, Duration::from_secs(10));
+        let a1 = s.watch_holds(WatchFilter::default(), false, "a").expect("1st");
+        let _a2 = s.watch_holds(WatchFilter::default(), false, "a").expect("2nd");
+        let err = s
+            .watch_holds(WatchFilter::default(), false, "a")
+            .expect_err("3rd of one caller");
+        assert_eq!(err.kind, ErrorKind::ResourceExhausted);
+        let _b1 = s
+            .watch_holds(WatchFilter::default(), false, "b")
+            .expect("another caller");
+        let err = s
+            .watch_holds(WatchFilter::default(), false, "c")
+            .expect_err("server-wide cap");
+        assert!(err.to_string().contains("--max-watch-streams"), "{err}");
+        drop(a1);
+        for _ in 0..100 {
+            if s.watchers.open() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            s.watchers.open(),
+            2,
+            "a closed stream gives its place back without waiting for an event"
+        );
+        s.watch_holds(WatchFilter::default(), false, "a")
+            .expect("a's place came back");
+    }
+
+    #[tokio::test]
+    async fn a_stream_nobody_reads_is_ended_and_holds_only_a_few_events() {
+        let (s, _fleet, _drain) = service(2_000, Duration::from_millis(200));
+        let mut events = s.watch_holds(WatchFilter::default(), false, "slow").expect("watch");
+        // Never read for longer than the stall timeout: the producer stops at
+        // a few queued events, never a copy of the 2 000 holds.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(s.watchers.open(), 0, "the stalled stream's place is given back");
+        let mut got = 0;
+        let mut last = None;
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(_) => got += 1,
+                Err(e) => last = Some(e),
+            }
+        }
+        assert!(got <= QUEUED_EVENTS, "{got} events were queued");
+        let e = last.expect("ended with an error");
+        assert_eq!(e.kind, ErrorKind::ResourceExhausted);
+        assert!(e.to_string().contains("--stall-timeout"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn filters_name_the_field_and_bound_the_dependencies() {
+        let (s, _fleet, _drain) = service(0, Duration::from_secs(1));
+        let many = WatchFilter {
+            dependencies: vec!["d".to_owned(); MAX_WATCH_DEPENDENCIES + 1],
+            ..WatchFilter::default()
+        };
+        let err = s.watch_holds(many, false, "a").expect_err("too many");
+        assert!(err.to_string().contains("dependencies"), "{err}");
+        let long = WatchFilter {
+            dependencies: vec!["x".repeat(10_000)],
+            ..WatchFilter::default()
+        };
+        let err = s.watch_holds(long, false, "a").expect_err("too long");
+        assert!(err.to_string().contains("dependencies[0]"), "{err}");
+        assert_eq!(s.watchers.open(), 0, "a refused watch takes no place");
+    }
+}

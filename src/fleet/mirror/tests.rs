@@ -143,3 +143,75 @@ fn a_probe_slot_is_taken_once() {
     assert!(m.try_take_probe("id1", 2, "n2"));
     assert!(!m.try_take_probe("unknown", 1, "n"));
 }
+
+#[test]
+fn a_stop_enters_its_probe_phase_then_ends_and_the_sweep_says_so() {
+    let m = Mirror::new(10);
+    let mut events = m.subscribe();
+    let mut stop = plan(HoldScope::Tenant, "p", "acme", 10_000);
+    stop.kind = HoldKind::QuotaStop;
+    stop.probe_window_ms = 5_000;
+    let Placed::New(h) = m.place(&stop, NOW, ids()) else {
+        panic!("placed")
+    };
+    assert_eq!(events.try_recv().unwrap().kind, HoldEventKind::Placed);
+    assert_eq!(m.sweep(NOW.plus_ms(9_999)), 0);
+    assert!(events.try_recv().is_err(), "nothing due yet");
+    // At the end: still in force, probing, announced once.
+    assert_eq!(m.sweep(NOW.plus_ms(10_000)), 0);
+    assert_eq!(events.try_recv().unwrap().kind, HoldEventKind::Probing);
+    assert_eq!(m.sweep(NOW.plus_ms(12_000)), 0);
+    assert!(events.try_recv().is_err(), "the phase is announced once");
+    assert!(m.get(&h.id, NOW.plus_ms(12_000)).is_some());
+    assert_eq!(m.counts()[HoldKind::QuotaStop.index()][HoldScope::Tenant as usize], 1);
+    // The window passes with no failure: lifted for everyone.
+    assert_eq!(m.sweep(NOW.plus_ms(15_000)), 1);
+    assert_eq!(events.try_recv().unwrap().kind, HoldEventKind::Lifted);
+    assert_eq!(m.counts(), [[0; 3]; 4], "the gauges' counts follow");
+}
+
+#[test]
+fn pages_follow_hold_ids_and_an_extension_keeps_its_place() {
+    let m = Mirror::new(100);
+    let mut n = 0;
+    for t in 0..25 {
+        let tenant = format!("t{t}");
+        m.place(&plan(HoldScope::Tenant, "p", &tenant, 60_000), NOW, || {
+            n += 1;
+            format!("{n:04}")
+        });
+    }
+    let first = m.page("", 10, NOW, |_| true);
+    assert_eq!(first.first().map(|h| h.id.as_str()), Some("0001"));
+    // Extending a hold of the first page does not move it into the next one.
+    m.place(&plan(HoldScope::Tenant, "p", "t0", 600_000), NOW, || unreachable!());
+    let second = m.page(&first[9].id, 10, NOW, |_| true);
+    let third = m.page(&second[9].id, 10, NOW, |_| true);
+    let all: Vec<String> = first
+        .iter()
+        .chain(&second)
+        .chain(&third)
+        .map(|h| h.id.clone())
+        .collect();
+    assert_eq!(all, (1..=25).map(|i| format!("{i:04}")).collect::<Vec<_>>());
+    assert_eq!(m.page("", 100, NOW, |h| h.key.subject == "t7").len(), 1, "filtered");
+}
+
+#[test]
+fn a_probe_token_is_accepted_once_for_its_own_slot() {
+    let m = Mirror::new(10);
+    let Placed::New(h) = m.place(&plan(HoldScope::Dependency, "p", "", 60_000), NOW, ids()) else {
+        panic!("placed")
+    };
+    assert_eq!(m.redeem_probe(&h.id, 1, "n1"), Redeemed::Forged, "never issued");
+    assert!(m.try_take_probe(&h.id, 1, "n1"));
+    assert_eq!(m.redeem_probe(&h.id, 1, "n2"), Redeemed::Forged, "wrong nonce");
+    assert_eq!(m.redeem_probe(&h.id, 2, "n1"), Redeemed::Forged, "a slot never issued");
+    assert_eq!(m.redeem_probe(&h.id, 1, "n1"), Redeemed::Accepted);
+    assert_eq!(m.redeem_probe(&h.id, 1, "n1"), Redeemed::Reused);
+    assert!(m.try_take_probe(&h.id, 2, "n3"));
+    assert_eq!(m.redeem_probe(&h.id, 1, "n1"), Redeemed::Superseded);
+    // Another replica took slot 3: this one's slot-2 token is superseded.
+    m.mark_probe_taken(&h.id, 3, None);
+    assert_eq!(m.redeem_probe(&h.id, 2, "n3"), Redeemed::Superseded);
+}
