@@ -30,7 +30,11 @@ struct Replica {
 }
 
 fn replica(url: &str) -> Replica {
-    let store = RedisStore::connect_lazy(url, options()).expect("valid URL");
+    replica_with(url, options())
+}
+
+fn replica_with(url: &str, opts: RedisOptions) -> Replica {
+    let store = RedisStore::connect_lazy(url, opts).expect("valid URL");
     let config = FleetConfig {
         limits: PlacementLimits {
             per_sec: 1e6,
@@ -551,11 +555,21 @@ async fn a_full_queue_drops_writes_and_counts_them() {
     for _ in 0..5 {
         store.put(&hold);
     }
-    assert_eq!(store.dropped_writes(), 3);
+    assert_eq!(
+        store.dropped_writes(),
+        0,
+        "one hold's newer states replace its queued one"
+    );
+    for i in 0..5 {
+        let mut other = hold.clone();
+        other.id = format!("{i:016x}");
+        store.put(&other);
+    }
+    assert_eq!(store.dropped_writes(), 4, "two holds per lane: the first and one more");
     let mut huge = hold.clone();
     huge.reason = "x".repeat(9 * 1024);
     store.put(&huge);
-    assert_eq!(store.dropped_writes(), 4, "an oversized hold is refused");
+    assert_eq!(store.dropped_writes(), 5, "an oversized hold is refused");
     assert!(!store.connected());
 }
 
@@ -747,4 +761,109 @@ async fn dropping_a_replica_closes_its_connections() {
         "connections left open after the replica was dropped: {}",
         clients()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anti_entropy_repairs_dropped_writes_and_missed_announcements_both_ways() {
+    let redis = RedisServer::start();
+    let fast = RedisOptions {
+        queue_capacity: 1,
+        anti_entropy_every: Duration::from_millis(300),
+        ..options()
+    };
+    let (a, b) = (
+        replica_with(&redis.url(), fast.clone()),
+        replica_with(&redis.url(), fast),
+    );
+    connected(&[&a, &b]).await;
+    // A's write queue holds one tenant hold: a burst of 50 drops most writes.
+    let tenants: Vec<String> = (0..50).map(|i| format!("burst-{i}")).collect();
+    let held: Vec<Hold> = tenants
+        .iter()
+        .map(|t| place(&a, &quota_stop(t, UnixMillis::now().plus_ms(60_000))))
+        .collect();
+    assert!(a.store.dropped_writes() > 0, "the burst overflowed the queue");
+    // The next pass writes what Redis lacks; B reads it from the store.
+    assert!(
+        eventually(Duration::from_secs(5), || tenants
+            .iter()
+            .all(|t| !holds_for(&b, t).is_empty()))
+        .await,
+        "B never saw every hold A placed"
+    );
+    // Lifted on A: the tombstone keeps the pass from writing it back.
+    a.fleet.release(&held[0].id, UnixMillis::now()).expect("released");
+    assert!(eventually(PATIENCE, || holds_for(&b, "burst-0").is_empty()).await);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(holds_for(&b, "burst-0").is_empty(), "a lifted hold came back");
+    assert!(holds_for(&a, "burst-0").is_empty(), "a lifted hold came back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_hold_flood_does_not_delay_real_quarantines_between_replicas() {
+    let redis = RedisServer::start();
+    // Default rates: 50 holds/s per caller (burst 100), 5 dependency holds/s.
+    let limited = |url: &str| {
+        let store = RedisStore::connect_lazy(url, options()).expect("valid URL");
+        let shared: Arc<dyn SharedStore> = store.clone();
+        Replica {
+            fleet: Fleet::new(FleetConfig::default(), shared),
+            store,
+        }
+    };
+    let (a, b) = (limited(&redis.url()), limited(&redis.url()));
+    connected(&[&a, &b]).await;
+    // 400 callers × 100 tenant holds each, all at once, on A.
+    let flood = {
+        let fleet = Arc::clone(&a.fleet);
+        tokio::task::spawn_blocking(move || {
+            let until = UnixMillis::now().plus_ms(600_000);
+            for round in 0..100 {
+                for caller in 0..400 {
+                    let tenant = format!("flood-{caller}-{round}");
+                    fleet.place(
+                        &quota_stop(&tenant, until),
+                        &format!("127.0.{}.{}", caller / 250, caller % 250),
+                        UnixMillis::now(),
+                    );
+                }
+            }
+        })
+    };
+    // Meanwhile a real quarantine every 100 ms, each refused on B within 2 s.
+    let mut late = Vec::new();
+    for i in 0..20 {
+        let dependency = format!("portal-q{i}");
+        let plan = HoldPlan {
+            scope: HoldScope::Dependency,
+            kind: HoldKind::Quarantine,
+            catalog: "vibecode",
+            dependency: &dependency,
+            subject: "",
+            until: UnixMillis::now().plus_ms(600_000),
+            probe_every_ms: 0,
+            probe_window_ms: 30_000,
+            code: "TIMEOUT_QUARANTINE",
+            rule: "vibecode/TIMEOUT_QUARANTINE/read",
+            reason: "quarantine",
+        };
+        let placed_at = Instant::now();
+        assert!(!matches!(
+            a.fleet.place(&plan, "real-worker", UnixMillis::now()),
+            PlaceOutcome::RateLimited
+        ));
+        let seen = eventually(Duration::from_secs(2), || {
+            !b.fleet
+                .mirror()
+                .covering("vibecode", &dependency, "t", "", UnixMillis::now())
+                .is_empty()
+        })
+        .await;
+        if !seen {
+            late.push(i);
+        }
+        tokio::time::sleep(Duration::from_millis(100).saturating_sub(placed_at.elapsed())).await;
+    }
+    flood.await.expect("flood");
+    assert!(late.is_empty(), "quarantines not refused on B within 2 s: {late:?}");
 }

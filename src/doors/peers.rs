@@ -13,6 +13,9 @@ pub struct Operators {
     pub identities: Vec<String>,
     /// Trust any caller on a loopback address (`--operator-allow-loopback`).
     pub allow_loopback: bool,
+    /// Proxies whose `x-forwarded-for` names the caller (`--trusted-proxies`):
+    /// who a caller is, for per-caller limits and the log.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl Operators {
@@ -96,12 +99,107 @@ fn peer_identities(extensions: &http::Extensions) -> Vec<String> {
     ids
 }
 
-/// Who is calling, for per-caller rates and the log: the client
-/// certificate's first identity under mTLS, else the peer's IP address
-/// (from a request's connection extensions, gRPC or HTTP alike).
-pub fn caller_of_parts(extensions: &http::Extensions) -> String {
+impl Operators {
+    /// Who is calling, for per-caller limits and the log: the client
+    /// certificate's first identity under mTLS (`cert:<id>`); else, from a
+    /// peer listed in `--trusted-proxies`, the address its `x-forwarded-for`
+    /// names (the last one not itself a trusted proxy); else the peer's
+    /// address. An IPv6 address counts as its /64: one host owns a /64.
+    pub fn caller_of(&self, headers: &http::HeaderMap, extensions: &http::Extensions) -> String {
+        caller_of(headers, extensions, &self.trusted_proxies)
+    }
+}
+
+fn caller_of(headers: &http::HeaderMap, extensions: &http::Extensions, trusted: &[ipnet::IpNet]) -> String {
     if let Some(id) = peer_identities(extensions).into_iter().next() {
         return format!("cert:{id}");
     }
-    remote_addr(extensions).map_or_else(|| "unknown".to_owned(), |a| a.ip().to_string())
+    let Some(peer) = remote_addr(extensions).map(|a| a.ip()) else {
+        return "unknown".to_owned();
+    };
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    let mut caller = peer;
+    if is_trusted(&peer) {
+        // Right to left: each hop appended the address it received from; the
+        // first one not a trusted proxy is the caller (earlier entries are
+        // the client's own claims).
+        let forwarded = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .collect::<Vec<_>>();
+        for hop in forwarded.iter().rev() {
+            let Ok(ip) = hop.parse::<IpAddr>() else { break };
+            caller = ip;
+            if !is_trusted(&ip) {
+                break;
+            }
+        }
+    }
+    match caller {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => ipnet::Ipv6Net::new(v6, 64)
+                .map(|n| n.trunc().to_string())
+                .unwrap_or_else(|_| v6.to_string()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod caller_tests {
+    use super::*;
+    use tonic::transport::server::TcpConnectInfo;
+
+    fn from(peer: &str) -> http::Extensions {
+        let mut ext = http::Extensions::new();
+        ext.insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some(peer.parse().expect("addr")),
+        });
+        ext
+    }
+
+    fn xff(values: &[&str]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", v.parse().expect("header"));
+        }
+        h
+    }
+
+    #[test]
+    fn a_caller_is_its_address_unless_a_trusted_proxy_forwards_it() {
+        let ops = Operators {
+            trusted_proxies: vec!["10.0.0.0/8".parse().unwrap()],
+            ..Operators::default()
+        };
+        // An untrusted peer's x-forwarded-for is its own claim: ignored.
+        assert_eq!(ops.caller_of(&xff(&["1.2.3.4"]), &from("192.0.2.7:5000")), "192.0.2.7");
+        // A trusted proxy: the last hop it did not add itself.
+        assert_eq!(
+            ops.caller_of(&xff(&["6.6.6.6, 1.2.3.4"]), &from("10.1.1.1:5000")),
+            "1.2.3.4"
+        );
+        // Two trusted proxies in a row, one header each.
+        assert_eq!(
+            ops.caller_of(&xff(&["6.6.6.6, 1.2.3.4", "10.2.2.2"]), &from("10.1.1.1:5000")),
+            "1.2.3.4"
+        );
+        // Garbage stops the walk at the last good hop.
+        assert_eq!(ops.caller_of(&xff(&["nonsense"]), &from("10.1.1.1:5000")), "10.1.1.1");
+        // IPv6: one /64 is one caller; a v4-mapped address is its v4 self.
+        let a = ops.caller_of(&xff(&[]), &from("[2001:db8:1:2:aaaa::1]:5000"));
+        let b = ops.caller_of(&xff(&[]), &from("[2001:db8:1:2:bbbb::9]:5000"));
+        assert_eq!((a.as_str(), b.as_str()), ("2001:db8:1:2::/64", "2001:db8:1:2::/64"));
+        assert_eq!(ops.caller_of(&xff(&[]), &from("[::ffff:192.0.2.1]:1")), "192.0.2.1");
+        // No proxies trusted: the peer, whatever the header says.
+        assert_eq!(
+            Operators::default().caller_of(&xff(&["1.2.3.4"]), &from("10.1.1.1:5000")),
+            "10.1.1.1"
+        );
+    }
 }

@@ -22,7 +22,7 @@ use super::pb::retry_decision_service_server::RetryDecisionService;
 use super::trace::{trace_admit, trace_batch, trace_decision};
 use super::wire::{pool, unary_pool};
 use crate::core::UnixMillis;
-use crate::doors::peers::{Operators, caller_of_parts};
+use crate::doors::peers::Operators;
 use crate::fleet::Fleet;
 use crate::service::classify::BLOCKING_BATCH;
 use crate::service::holds::{AdmitAsk, HoldFilter, OutcomeCount};
@@ -334,7 +334,9 @@ impl RetryDecisionService for RetryDecisionApi {
         request: Request<pb::WatchHoldsRequest>,
     ) -> Result<Response<Self::WatchHoldsStream>, Status> {
         let operator = self.operator(&request);
-        let caller = caller_of_parts(request.extensions());
+        let caller = self
+            .operators
+            .caller_of(request.metadata().as_ref(), request.extensions());
         let req = request.into_inner();
         let mut dependencies = req.dependencies;
         if !req.dependency.is_empty() {
@@ -361,7 +363,8 @@ impl RetryDecisionService for RetryDecisionApi {
         let mut span = crate::doors::traces::start("Classify", request.metadata());
         let now = UnixMillis::now();
         let extensions = request.extensions();
-        let caller_name = || caller_of_parts(extensions);
+        let metadata = request.metadata().as_ref();
+        let caller_name = || self.operators.caller_of(metadata, extensions);
         let caller = if self.service.has_fleet() {
             Caller::Lazy(&caller_name)
         } else {
@@ -389,7 +392,8 @@ impl RetryDecisionService for RetryDecisionApi {
         let mut span = crate::doors::traces::start("ClassifyBatch", request.metadata());
         let now = UnixMillis::now();
         let caller = if self.service.has_fleet() {
-            caller_of_parts(request.extensions())
+            self.operators
+                .caller_of(request.metadata().as_ref(), request.extensions())
         } else {
             "local".to_owned()
         };

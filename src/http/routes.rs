@@ -12,7 +12,7 @@ use super::input;
 use super::{bytes_response, json_response};
 use crate::core::{UnixMillis, Verdict};
 use crate::doors::json::{DecisionJson, HoldJson};
-use crate::doors::peers::{Operators, caller_of_parts};
+use crate::doors::peers::Operators;
 use crate::doors::render::{Format, render};
 use crate::service::classify::BLOCKING_BATCH;
 use crate::service::holds::HoldFilter;
@@ -108,7 +108,7 @@ pub fn classify(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::bod
     };
     let req = input::parse::<input::ClassifyJson>(&call.body)?;
     let now = UnixMillis::now();
-    let caller_name = || caller_of_parts(call.extensions);
+    let caller_name = || door.operators.caller_of(call.headers, call.extensions);
     let body = door
         .service
         .classify(
@@ -143,7 +143,7 @@ pub async fn classify_batch(door: &Door, call: &Call<'_>) -> Result<http::Respon
     let req = input::parse::<input::BatchJson>(&call.body)?;
     let now = UnixMillis::now();
     let caller = if door.service.has_fleet() {
-        caller_of_parts(call.extensions)
+        door.operators.caller_of(call.headers, call.extensions)
     } else {
         "local".to_owned()
     };

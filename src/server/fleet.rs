@@ -34,6 +34,12 @@ pub struct FleetArgs {
     /// arrives from loopback too: off by default).
     #[arg(long, env = "RETRYD_OPERATOR_ALLOW_LOOPBACK", default_value_t = false)]
     pub operator_allow_loopback: bool,
+    /// Proxies (addresses or CIDRs, comma-separated) whose `x-forwarded-for`
+    /// names the caller for per-caller limits. A caller is its mTLS
+    /// identity, else what a trusted proxy forwards, else its address (an
+    /// IPv6 /64 as one caller).
+    #[arg(long, env = "RETRYD_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_net)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Key of the hash shown instead of tenant names to non-operators (a
     /// file of at least 16 bytes). Default: with --state redis, one key
     /// generated once and kept in the store, shared by every replica; in
@@ -56,6 +62,14 @@ pub struct FleetArgs {
     /// Most WatchHolds streams open in all.
     #[arg(long, env = "RETRYD_MAX_WATCH_STREAMS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_watch_streams: u32,
+}
+
+/// An address (a /32 or /128) or a CIDR.
+fn parse_net(s: &str) -> Result<ipnet::IpNet, String> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s:?} is neither an address nor a CIDR such as 10.0.0.0/8"))
 }
 
 /// Shortest tenant hash key accepted.
@@ -133,6 +147,7 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
             .filter(|s| !s.is_empty())
             .collect(),
         allow_loopback: args.operator_allow_loopback,
+        trusted_proxies: args.trusted_proxies.clone(),
     };
     Ok((fleet, operators))
 }

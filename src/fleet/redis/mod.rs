@@ -46,6 +46,7 @@ pub mod budget;
 mod conn;
 pub mod keys;
 mod options;
+mod queue;
 mod scan;
 mod sentinel;
 mod sync;
@@ -58,7 +59,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use ::redis::{RedisError, Script};
 use arc_swap::ArcSwapOption;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 
 pub use conn::Topology;
 use conn::{Conn, Target, Timeouts};
@@ -75,6 +76,13 @@ pub const STATE_ERRORS_TOTAL: &str = "retryd_state_errors_total";
 pub const STATE_CONNECTED: &str = "retryd_state_connected";
 /// Counter of writes not made: the queue was full, or the hold was too large.
 pub const STATE_DROPPED_WRITES_TOTAL: &str = "retryd_state_dropped_writes_total";
+/// Gauge of holds waiting in the write queue.
+pub const STATE_QUEUED_WRITES: &str = "retryd_state_queued_writes";
+/// Counter of anti-entropy passes, labelled `result` (`ok`, `failed`).
+pub const STATE_ANTI_ENTROPY_TOTAL: &str = "retryd_state_anti_entropy_total";
+/// Counter of holds an anti-entropy pass repaired, labelled `direction`
+/// (`written`: the mirror had it, Redis did not; `read`: the other way).
+pub const STATE_REPAIRED_TOTAL: &str = "retryd_state_repaired_total";
 
 /// Registers the HELP text of the store's metrics (call once where the
 /// exporter is set up).
@@ -89,19 +97,26 @@ pub fn describe_metrics() {
     );
     metrics::describe_counter!(
         STATE_DROPPED_WRITES_TOTAL,
-        "Hold writes to the shared state store dropped: queue full, or a hold over 8 KiB."
+        "Hold writes to the shared state store dropped: queue full (repaired by the next anti-entropy pass), or a hold over 8 KiB."
+    );
+    metrics::describe_gauge!(
+        STATE_QUEUED_WRITES,
+        "Holds waiting in the shared state store's write queue."
+    );
+    metrics::describe_counter!(
+        STATE_ANTI_ENTROPY_TOTAL,
+        "Anti-entropy passes between this replica's holds and the shared store, by result."
+    );
+    metrics::describe_counter!(
+        STATE_REPAIRED_TOTAL,
+        "Holds an anti-entropy pass repaired, by direction (written to the store, read from it)."
     );
 }
 
 /// Lifts kept while Redis is unreachable, replayed on reconnect.
 const MAX_PENDING_LIFTS: usize = 1024;
 
-/// One queued write.
-#[derive(Debug)]
-enum Op {
-    Put(Hold),
-    Lift(Hold),
-}
+use queue::{Op, WriteQueue};
 
 /// What the store's tasks share.
 struct Shared {
@@ -110,7 +125,7 @@ struct Shared {
     /// This replica's name in announcements (its own are skipped).
     origin: String,
     channel: String,
-    tx: mpsc::Sender<Op>,
+    queue: WriteQueue,
     conn: ArcSwapOption<Conn>,
     connected: AtomicBool,
     errors: AtomicU64,
@@ -171,10 +186,10 @@ impl Shared {
     }
 
     fn enqueue(&self, op: Op) {
-        match self.tx.try_send(op) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(Op::Put(h) | Op::Lift(h))) => self.dropped("queue full", &h),
-            Err(mpsc::error::TrySendError::Closed(Op::Put(h) | Op::Lift(h))) => self.dropped("writer stopped", &h),
+        let hold = op.hold().clone();
+        if !self.queue.push(op) {
+            // The anti-entropy pass writes it later if the mirror still has it.
+            self.dropped("queue full", &hold);
         }
     }
 
@@ -210,7 +225,6 @@ pub fn connect(url: &str) -> Result<Arc<dyn SharedStore>, String> {
 /// master; `redis://` or `rediss://`).
 pub struct RedisStore {
     shared: Arc<Shared>,
-    rx: Mutex<Option<mpsc::Receiver<Op>>>,
 }
 
 impl Drop for RedisStore {
@@ -248,14 +262,14 @@ impl RedisStore {
             return Err(StoreError::Config("queue capacity must be at least 1".to_owned()));
         }
         let target = Target::parse(url, opts.topology, opts.tls.as_ref()).map_err(StoreError::Config)?;
-        let (tx, rx) = mpsc::channel(opts.queue_capacity);
+        let queue = WriteQueue::new(opts.queue_capacity);
         metrics::gauge!(STATE_CONNECTED).set(0.0);
         let shared = Arc::new(Shared {
             target,
             origin: format!("{:016x}", rand::random::<u64>()),
             channel: keys::channel(&opts.namespace),
             opts,
-            tx,
+            queue,
             conn: ArcSwapOption::empty(),
             connected: AtomicBool::new(false),
             errors: AtomicU64::new(0),
@@ -270,10 +284,7 @@ impl RedisStore {
             redeem_probe_script: Script::new(keys::REDEEM_PROBE_SCRIPT),
             stop: watch::Sender::new(false),
         });
-        Ok(Arc::new(RedisStore {
-            shared,
-            rx: Mutex::new(Some(rx)),
-        }))
+        Ok(Arc::new(RedisStore { shared }))
     }
 
     /// Failed Redis operations so far (as [`STATE_ERRORS_TOTAL`]).
@@ -384,13 +395,11 @@ impl SharedStore for RedisStore {
         if self.shared.mirror.set(mirror).is_err() {
             return;
         }
-        let rx = self.rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        let Some(rx) = rx else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::error!("the Redis state store was started outside a tokio runtime: holds stay local");
             return;
         };
-        runtime.spawn(sync::write(Arc::clone(&self.shared), rx));
+        runtime.spawn(sync::write(Arc::clone(&self.shared)));
         runtime.spawn(sync::supervise(Arc::clone(&self.shared)));
     }
 

@@ -13,8 +13,14 @@ pub struct RedisOptions {
     /// Prefix of every key and of the channel (`[A-Za-z0-9._-]`, ≤ 32 bytes):
     /// fleets with different namespaces can share one Redis.
     pub namespace: String,
-    /// Writes queued at most; beyond, writes are dropped (counted).
+    /// Holds queued for writing at most, per lane (dependency-wide holds,
+    /// tenant holds); a hold's newer state replaces its queued one, and
+    /// beyond the capacity writes are dropped (counted) until the next
+    /// anti-entropy pass writes them.
     pub queue_capacity: usize,
+    /// How often each replica compares its holds with the store's, both
+    /// ways (about 1 s of SCAN at 100 000 holds; jittered ±10 %).
+    pub anti_entropy_every: Duration,
     /// Connecting, TLS and handshake included.
     pub connect_timeout: Duration,
     /// One write, one SCAN step, one ping.
@@ -58,6 +64,7 @@ impl Default for RedisOptions {
             topology: Topology::Auto,
             namespace: "retryd".to_owned(),
             queue_capacity: 10_000,
+            anti_entropy_every: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(1),
             command_timeout: Duration::from_millis(500),
             probe_timeout: Duration::from_millis(50),

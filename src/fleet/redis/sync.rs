@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{PubSubSink, PubSubStream};
-use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use super::conn::{self, Conn};
@@ -20,32 +19,57 @@ use crate::core::time::UnixMillis;
 /// Longest a resync (SCAN and reads of every stored hold) may take.
 const RESYNC_BUDGET: Duration = Duration::from_secs(30);
 
-/// Drains the write queue, one atomic script per write.
-pub(super) async fn write(shared: Arc<Shared>, mut rx: mpsc::Receiver<Op>) {
+/// Writes in flight at once: the connection is multiplexed, so a flood is
+/// written at the pace of Redis, not of one round trip per hold.
+const WRITES_IN_FLIGHT: usize = 64;
+
+/// Drains the write queue, one atomic script per write, many in flight; a
+/// write that fails is queued again (unless a newer state replaced it).
+pub(super) async fn write(shared: Arc<Shared>) {
     let mut stop = shared.stop.subscribe();
     loop {
-        let op = tokio::select! {
-            op = rx.recv() => op,
-            _ = stop.wait_for(|stopped| *stopped) => None,
-        };
-        let Some(op) = op else { return };
-        let Some(conn) = shared.conn.load_full() else {
-            // Not connected: a placed hold stays in the mirror and is written
-            // through by the resync on reconnect; a lift is kept and replayed.
-            if let Op::Lift(h) = op {
-                shared.keep_lift(h);
+        tokio::select! {
+            () = shared.queue.ready() => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+        loop {
+            let ops = shared.queue.take(WRITES_IN_FLIGHT);
+            metrics::gauge!(super::STATE_QUEUED_WRITES).set(shared.queue.len() as f64);
+            if ops.is_empty() {
+                break;
             }
-            continue;
-        };
-        let mut conn = (*conn).clone();
-        match op {
-            Op::Put(h) => {
-                put(&shared, &mut conn, &h).await;
-            }
-            Op::Lift(h) => {
-                if !lift(&shared, &mut conn, &h).await {
-                    shared.keep_lift(h);
+            let Some(conn) = shared.conn.load_full() else {
+                // Not connected: a placed hold stays in the mirror and is written
+                // through by the resync on reconnect; a lift is kept and replayed.
+                for op in ops {
+                    if let Op::Lift(h) = op {
+                        shared.keep_lift(h);
+                    }
                 }
+                continue;
+            };
+            let writes = ops.into_iter().map(|op| {
+                let mut conn = (*conn).clone();
+                let shared = &shared;
+                async move {
+                    let ok = match &op {
+                        Op::Put(h) => put(shared, &mut conn, h).await,
+                        Op::Lift(h) => lift(shared, &mut conn, h).await,
+                    };
+                    (!ok).then_some(op)
+                }
+            });
+            let failed: Vec<Op> = futures_util::future::join_all(writes)
+                .await
+                .into_iter()
+                .flatten()
+                .collect();
+            if !failed.is_empty() {
+                for op in failed {
+                    shared.enqueue(op);
+                }
+                // Give the supervisor time to notice a lost connection.
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
@@ -192,7 +216,24 @@ async fn session(shared: &Shared) -> Result<(PubSubSink, PubSubStream), String> 
         }
     }
 
-    let stored = tokio::time::timeout(RESYNC_BUDGET, scan::scan_holds(&mut conn, &shared.opts.namespace))
+    let (found, written) = resync(shared, &mut conn).await?;
+    shared.set_connected(true);
+    tracing::info!(
+        store = %shared.target.describe(),
+        stored = found,
+        written_through = written,
+        "shared state store connected and resynced"
+    );
+    Ok((sink, stream))
+}
+
+/// Reads every stored hold into the mirror and queues the mirror's holds
+/// that Redis lacks or has with an earlier end: on (re)connect, and as the
+/// periodic anti-entropy pass (pub/sub delivers at most once, and a full
+/// write queue drops writes). Holds Redis keeps a tombstone for are refused
+/// by the write and lifted here. Returns (stored, queued).
+async fn resync(shared: &Shared, conn: &mut Conn) -> Result<(usize, usize), String> {
+    let stored = tokio::time::timeout(RESYNC_BUDGET, scan::scan_holds(conn, &shared.opts.namespace))
         .await
         .map_err(|_| "resync timed out".to_owned())?
         .map_err(|e| format!("resync: {e}"))?;
@@ -205,29 +246,35 @@ async fn session(shared: &Shared) -> Result<(PubSubSink, PubSubStream), String> 
         .map(|h| ((h.key.storage_key(), h.kind), h.until))
         .collect();
     let now = UnixMillis::now();
-    // Written through: the holds placed here while Redis was away, and the
-    // ones extended here meanwhile (Redis has them with an earlier end).
+    let before = mirror.len();
+    // Written through: the holds placed here that Redis lacks, and the ones
+    // extended here that Redis has with an earlier end.
     let mut through = mirror.resync(stored, now);
     through.extend(mirror.snapshot(now).into_iter().filter(|h| {
         stored_until
             .get(&(h.key.storage_key(), h.kind))
             .is_some_and(|until| *until < h.until)
     }));
+    let read = mirror.len().saturating_sub(before);
     let written = through.len();
-    for h in through {
-        shared.enqueue(Op::Put(h));
+    // Written here, not through the bounded queue: the repair must not be
+    // dropped by the flood it repairs.
+    for chunk in through.chunks(WRITES_IN_FLIGHT) {
+        let writes = chunk.iter().map(|h| {
+            let mut conn = conn.clone();
+            async move { put(shared, &mut conn, h).await }
+        });
+        if !futures_util::future::join_all(writes).await.into_iter().all(|ok| ok) {
+            return Err("writing through failed".to_owned());
+        }
     }
-    shared.set_connected(true);
-    tracing::info!(
-        store = %shared.target.describe(),
-        stored = found,
-        written_through = written,
-        "shared state store connected and resynced"
-    );
-    Ok((sink, stream))
+    metrics::counter!(super::STATE_REPAIRED_TOTAL, "direction" => "written").increment(written as u64);
+    metrics::counter!(super::STATE_REPAIRED_TOTAL, "direction" => "read").increment(read as u64);
+    Ok((found, written))
 }
 
-/// Applies announcements until the connection is lost or a command failed.
+/// Applies announcements until the connection is lost or a command failed;
+/// runs the anti-entropy pass every [`super::RedisOptions::anti_entropy_every`].
 async fn follow(shared: &Shared, mut stream: PubSubStream) {
     let reconnect = shared.reconnect.notified();
     tokio::pin!(reconnect);
@@ -235,8 +282,29 @@ async fn follow(shared: &Shared, mut stream: PubSubStream) {
     let mut ping = tokio::time::interval(shared.opts.ping_every.max(Duration::from_millis(10)));
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
+    // Jittered, so replicas started together do not scan together.
+    let every = shared.opts.anti_entropy_every.max(Duration::from_millis(100));
+    let next_pass = || tokio::time::Instant::now() + every.mul_f64(rand::random_range(0.9..1.1));
+    let pass = tokio::time::sleep_until(next_pass());
+    tokio::pin!(pass);
     loop {
         tokio::select! {
+            () = &mut pass => {
+                let Some(conn) = shared.conn.load_full() else { return };
+                let mut conn = (*conn).clone();
+                let started = std::time::Instant::now();
+                match resync(shared, &mut conn).await {
+                    Ok((stored, written)) => {
+                        metrics::counter!(super::STATE_ANTI_ENTROPY_TOTAL, "result" => "ok").increment(1);
+                        tracing::debug!(stored, written, took = ?started.elapsed(), "anti-entropy pass");
+                    }
+                    Err(e) => {
+                        metrics::counter!(super::STATE_ANTI_ENTROPY_TOTAL, "result" => "failed").increment(1);
+                        shared.error("the anti-entropy pass", &e);
+                    }
+                }
+                pass.as_mut().reset(next_pass());
+            }
             msg = stream.next() => match msg {
                 Some(msg) => apply(shared, msg.get_payload_bytes()),
                 None => {
