@@ -28,6 +28,19 @@ async fn memory_a_reset_admits_one_probe_and_tokens_cannot_be_forged() {
 }
 
 #[tokio::test]
+async fn memory_eviction_at_the_cap_favours_real_holds_over_floods() {
+    let dir = scenarios::setup("evict");
+    let base = scenarios::server_args(&dir, "memory");
+    let with_cap = |cap: &'static str| {
+        let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
+        args.extend(["--max-holds", cap]);
+        Server::start(&args)
+    };
+    trust::a_real_quarantine_survives_a_dependency_hold_flood(&with_cap("50")).await;
+    trust::a_real_quota_stop_survives_a_tenant_hold_flood(&with_cap("200")).await;
+}
+
+#[tokio::test]
 async fn memory_quota_stop_refuses_the_tenant_until_released() {
     let dir = scenarios::setup("quota");
     let s = memory_server(&dir);

@@ -867,3 +867,40 @@ async fn a_tenant_hold_flood_does_not_delay_real_quarantines_between_replicas() 
     flood.await.expect("flood");
     assert!(late.is_empty(), "quarantines not refused on B within 2 s: {late:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_is_a_tombstone_every_replica_obeys() {
+    let redis = RedisServer::start();
+    let small = |url: &str| {
+        let store = RedisStore::connect_lazy(url, options()).expect("valid URL");
+        let shared: Arc<dyn SharedStore> = store.clone();
+        let config = FleetConfig {
+            max_holds: 5,
+            limits: PlacementLimits {
+                per_sec: 1e6,
+                dependency_per_sec: 1e6,
+            },
+            ..FleetConfig::default()
+        };
+        Replica {
+            fleet: Fleet::new(config, shared),
+            store,
+        }
+    };
+    let (a, b) = (small(&redis.url()), replica(&redis.url()));
+    connected(&[&a, &b]).await;
+    let until = UnixMillis::now().plus_ms(60_000);
+    let tenants: Vec<String> = (0..5).map(|i| format!("crowd-{i}")).collect();
+    for t in &tenants {
+        a.fleet.place(&quota_stop(t, until), "10.0.0.1", UnixMillis::now());
+    }
+    assert!(eventually(PATIENCE, || tenants.iter().all(|t| !holds_for(&b, t).is_empty())).await);
+    // One more, from another caller: the crowd's placer loses one hold, on both replicas.
+    a.fleet
+        .place(&quota_stop("newcomer", until), "10.0.0.2", UnixMillis::now());
+    assert_eq!(a.fleet.mirror().evicted(), 1);
+    assert!(!holds_for(&a, "newcomer").is_empty());
+    let gone = |r: &Replica| tenants.iter().filter(|t| holds_for(r, t).is_empty()).count();
+    assert_eq!(gone(&a), 1);
+    assert!(eventually(PATIENCE, || gone(&b) == 1).await, "B kept the evicted hold");
+}

@@ -9,7 +9,9 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::broadcast;
 
-use crate::core::hold::{self, Hold, HoldKind, HoldPlan, HoldScope, Merge, storage_key, storage_key_into};
+use crate::core::hold::{
+    self, Hold, HoldKind, HoldPlan, HoldScope, Merge, Rank, Standing, storage_key, storage_key_into,
+};
 use crate::core::time::UnixMillis;
 
 /// What happened to a hold.
@@ -111,6 +113,55 @@ struct State {
     due: BTreeSet<(UnixMillis, String)>,
     /// Holds by kind and scope, kept as holds come and go (the gauges).
     counts: [[usize; 3]; 4],
+    /// The eviction order at the cap, by (corroboration, standing, scope
+    /// class): within a bucket, the placer with the most holds loses first.
+    buckets: BTreeMap<BucketKey, Bucket>,
+    /// Holds evicted since the owner last asked (it writes their tombstones).
+    evicted_out: Vec<Hold>,
+}
+
+/// (corroboration, standing, 0 for tenant holds / 1 for wider ones).
+type BucketKey = (u8, Standing, u8);
+
+fn bucket_key(h: &Hold) -> BucketKey {
+    let class = u8::from(h.key.scope != HoldScope::Tenant);
+    (h.rank.corroboration.min(8), h.rank.standing, class)
+}
+
+/// The holds of one rank, by placer.
+#[derive(Debug, Default)]
+struct Bucket {
+    by_placer: HashMap<u32, std::collections::BTreeSet<String>>,
+    /// (holds of the placer here, placer): the last is the biggest placer.
+    order: BTreeSet<(usize, u32)>,
+}
+
+impl Bucket {
+    fn add(&mut self, placer: u32, id: &str) {
+        let ids = self.by_placer.entry(placer).or_default();
+        self.order.remove(&(ids.len(), placer));
+        ids.insert(id.to_owned());
+        self.order.insert((ids.len(), placer));
+    }
+
+    fn remove(&mut self, placer: u32, id: &str) {
+        let Some(ids) = self.by_placer.get_mut(&placer) else {
+            return;
+        };
+        self.order.remove(&(ids.len(), placer));
+        ids.remove(id);
+        if ids.is_empty() {
+            self.by_placer.remove(&placer);
+        } else {
+            self.order.insert((ids.len(), placer));
+        }
+    }
+
+    /// A hold of the placer with the most holds here.
+    fn victim(&self) -> Option<&String> {
+        let (_, placer) = self.order.last()?;
+        self.by_placer.get(placer)?.first()
+    }
 }
 
 fn due_instants(h: &Hold) -> [Option<UnixMillis>; 2] {
@@ -132,6 +183,15 @@ impl State {
         }
         let count = &mut self.counts[h.kind.index()][h.key.scope as usize];
         *count = if add { *count + 1 } else { count.saturating_sub(1) };
+        let key = bucket_key(h);
+        if add {
+            self.buckets.entry(key).or_default().add(h.rank.placer(), &h.id);
+        } else if let Some(b) = self.buckets.get_mut(&key) {
+            b.remove(h.rank.placer(), &h.id);
+            if b.by_placer.is_empty() {
+                self.buckets.remove(&key);
+            }
+        }
     }
 
     fn insert(&mut self, key: String, hold: Hold) -> Option<Hold> {
@@ -374,18 +434,40 @@ impl Mirror {
         hold::merge(self.read().get(&key, plan.kind), plan.until, now)
     }
 
-    /// Places `plan` at `now` (extend-only; `new_id` names a new hold).
+    /// Places `plan` at `now` for an unnamed caller (see [`Self::place_by`]).
     pub fn place(&self, plan: &HoldPlan<'_>, now: UnixMillis, new_id: impl FnOnce() -> String) -> Placed {
+        self.place_by(plan, 0, Standing::Anonymous, now, new_id)
+    }
+
+    /// Places `plan` at `now` (extend-only; `new_id` names a new hold) for
+    /// the caller whose hash is `caller` (0: unnamed): a caller not yet
+    /// counted on a hold in force corroborates it.
+    pub fn place_by(
+        &self,
+        plan: &HoldPlan<'_>,
+        caller: u32,
+        standing: Standing,
+        now: UnixMillis,
+        new_id: impl FnOnce() -> String,
+    ) -> Placed {
         let key = storage_key(plan.scope, plan.catalog, plan.dependency, plan.subject);
         let mut state = self.write();
         let existing = state.get(&key, plan.kind).cloned();
         let placed = match hold::merge(existing.as_ref(), plan.until, now) {
             Merge::Keep => match existing {
-                Some(h) => Placed::Kept(h),
+                Some(mut h) => {
+                    if caller != 0 && h.rank.corroborate(caller) {
+                        state.insert(key, h.clone());
+                    }
+                    Placed::Kept(h)
+                }
                 None => Placed::Full,
             },
             Merge::Extend => match existing {
                 Some(mut h) => {
+                    if caller != 0 {
+                        h.rank.corroborate(caller);
+                    }
                     h.until = plan.until;
                     h.probe_window_ms = plan.probe_window_ms;
                     h.code = plan.code.to_owned();
@@ -400,10 +482,12 @@ impl Mirror {
                 if let Some(old) = existing {
                     state.remove_id(&old.id);
                 }
-                if state.len() >= self.max_holds && !self.evict_for(&mut state, plan.scope, now) {
+                let mut h = plan.to_hold(String::new(), now);
+                h.rank = Rank::placed_by(caller, standing);
+                if state.len() >= self.max_holds && !self.evict_for(&mut state, &h, now) {
                     Placed::Full
                 } else {
-                    let h = plan.to_hold(new_id(), now);
+                    h.id = new_id();
                     state.insert(key, h.clone());
                     Placed::New(h)
                 }
@@ -419,11 +503,12 @@ impl Mirror {
         placed
     }
 
-    /// Makes room for one hold of `scope`: expired holds first, then tenant
-    /// holds (oldest placed first); a dependency-wide or method hold is only
-    /// dropped for another of its kind of scope, oldest-expiring first.
-    fn evict_for(&self, state: &mut State, scope: HoldScope, now: UnixMillis) -> bool {
-        let all = || state.by_key.values().flatten();
+    /// Makes room for `newcomer`: an expired hold first; else the lowest
+    /// ranked hold — least corroborated, then lowest standing, tenant holds
+    /// before wider ones, and among equals the placer with the most holds
+    /// loses first — unless it ranks above the newcomer. A dependency-wide
+    /// or method hold never makes room for a tenant hold.
+    fn evict_for(&self, state: &mut State, newcomer: &Hold, now: UnixMillis) -> bool {
         // An expired hold not yet swept is the first due instant, if any is past.
         let expired = state
             .due
@@ -438,30 +523,51 @@ impl Mirror {
                     .is_some_and(|h| !h.active(now))
             })
             .map(|(_, id)| id.clone());
-        let victim = expired
-            .or_else(|| {
-                all()
-                    .filter(|h| h.key.scope == HoldScope::Tenant)
-                    .min_by_key(|h| h.since)
-                    .map(|h| h.id.clone())
-            })
-            .or_else(|| {
-                (scope != HoldScope::Tenant)
-                    .then(|| all().min_by_key(|h| h.until).map(|h| h.id.clone()))
-                    .flatten()
-            });
-        match victim {
-            Some(id) => {
-                if let Some(h) = state.remove_id(&id) {
-                    if h.active(now) {
-                        self.evicted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    self.emit(HoldEventKind::Lifted, &h);
-                }
-                true
+        let tenant_only = newcomer.key.scope == HoldScope::Tenant;
+        let ceiling = bucket_key(newcomer);
+        let ranked = || {
+            state
+                .buckets
+                .iter()
+                .filter(|((_, _, class), _)| !tenant_only || *class == 0)
+                .find_map(|(key, b)| b.victim().map(|id| (*key, id.clone())))
+                // Never a hold that ranks above the newcomer.
+                .filter(|(key, _)| *key <= ceiling)
+                .map(|(_, id)| id)
+        };
+        let Some(id) = expired.or_else(ranked) else {
+            return false;
+        };
+        if let Some(h) = state.remove_id(&id) {
+            if h.active(now) {
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    hold = %h.id,
+                    kind = h.kind.as_str(),
+                    scope = h.key.scope.as_str(),
+                    catalog = %h.key.catalog,
+                    dependency = %h.key.dependency,
+                    corroboration = h.rank.corroboration,
+                    standing = h.rank.standing.as_str(),
+                    for_kind = newcomer.kind.as_str(),
+                    for_scope = newcomer.key.scope.as_str(),
+                    for_dependency = %newcomer.key.dependency,
+                    "hold evicted at --max-holds"
+                );
+                state.evicted_out.push(h.clone());
             }
-            None => false,
+            self.emit(HoldEventKind::Lifted, &h);
         }
+        true
+    }
+
+    /// The holds evicted since the last call: their owner writes their
+    /// tombstones, so every replica drops them too.
+    pub fn drain_evicted(&self) -> Vec<Hold> {
+        if self.evicted() == 0 {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.write().evicted_out)
     }
 
     /// Applies another replica's placement or extension: the later end wins;
@@ -480,7 +586,7 @@ impl Mirror {
         };
         if state.len() >= self.max_holds
             && state.get(&key, hold.kind).is_none()
-            && !self.evict_for(&mut state, hold.key.scope, now)
+            && !self.evict_for(&mut state, &hold, now)
         {
             return;
         }

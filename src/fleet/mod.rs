@@ -23,7 +23,7 @@ pub use mirror::{HoldEvent, HoldEventKind, Mirror, Placed, Redeemed};
 pub use store::SharedStore;
 
 use crate::core::budget::BudgetRule;
-use crate::core::hold::{self, Admission, Hold, HoldKind, HoldPlan, HoldScope};
+use crate::core::hold::{self, Admission, Hold, HoldKind, HoldPlan, HoldScope, Standing};
 use crate::core::time::UnixMillis;
 
 /// Gauge of holds in force, labelled `kind` and `scope`.
@@ -199,7 +199,17 @@ impl Fleet {
             metrics::counter!(HOLDS_RATE_LIMITED_TOTAL, "scope" => plan.scope.as_str()).increment(1);
             return PlaceOutcome::RateLimited;
         }
-        let placed = self.mirror.place(plan, now, new_id);
+        let standing = if caller.starts_with("cert:") {
+            Standing::Identified
+        } else {
+            Standing::Anonymous
+        };
+        let placed = self.mirror.place_by(plan, caller_hash(caller), standing, now, new_id);
+        // Evictions are written as tombstones, so every replica drops them too.
+        for evicted in self.mirror.drain_evicted() {
+            tracing::info!(hold = %evicted.id, caller, "hold evicted to make room for this caller's hold");
+            self.store.lift(&evicted);
+        }
         match placed {
             Placed::New(ref h) => {
                 tracing::info!(
@@ -506,6 +516,12 @@ pub fn matches(h: &Hold, catalog: &str, dependency: &str, tenant: &str) -> bool 
     (catalog.is_empty() || h.key.catalog == catalog)
         && (dependency.is_empty() || h.key.dependency == dependency)
         && (tenant.is_empty() || h.key.tenant() == tenant)
+}
+
+/// A caller's name as the mirror counts it (never 0, which means unnamed).
+fn caller_hash(caller: &str) -> u32 {
+    let digest = Sha256::digest(caller.as_bytes());
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]).max(1)
 }
 
 /// A new hold id: 16 random hex digits.

@@ -91,6 +91,7 @@ fn under_an_open_circuit_a_retry_waits_for_the_next_probe_slot_not_the_cap() {
         until: NOW.plus_ms(90_000_000),
         probe_every_ms: 30_000,
         probe_window_ms: 0,
+        rank: Default::default(),
         code: "ERROR_LOOP_DETECTED".into(),
         rule: "r".into(),
         reason: "why".into(),

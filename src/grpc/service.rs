@@ -554,6 +554,7 @@ mod tests {
             until: UnixMillis(9_000_000),
             probe_every_ms: 5,
             probe_window_ms: 0,
+            rank: Default::default(),
             code: text.repeat(3),
             rule: format!("rule/{text}"),
             reason: text.repeat(40),

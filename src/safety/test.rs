@@ -351,6 +351,7 @@ fn hold_of(h: &HoldSource, i: usize, f: &Failure<'_>, policy: &Policy, now: Unix
         until,
         probe_every_ms: h.probe_every_ms,
         probe_window_ms: 0,
+        rank: Default::default(),
         code: String::new(),
         rule: "policy test".to_owned(),
         reason: String::new(),

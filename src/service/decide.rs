@@ -420,6 +420,7 @@ mod tests {
             until: NOW.plus_ms(60_000),
             probe_every_ms: 0,
             probe_window_ms: 0,
+            rank: Default::default(),
             code: "QUEUE_OVERFLOW".into(),
             rule: "r".into(),
             reason: "paused".into(),

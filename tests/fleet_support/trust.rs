@@ -415,3 +415,101 @@ pub async fn watch_protocol(a: &Server, b: &Server, per_caller: usize) {
     })
     .await;
 }
+
+/// A client whose connection comes from `source` (a 127.0.0.x address):
+/// another caller, as the server counts callers.
+pub async fn client_from(server: &Server, source: std::net::Ipv4Addr) -> RetryDecisionServiceClient<Channel> {
+    let target = server.addr;
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| async move {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::from((source, 0)))?;
+        let stream = socket.connect(target).await?;
+        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+    });
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .expect("endpoint")
+        .connect_with_connector(connector)
+        .await
+        .expect("connect from a source address");
+    RetryDecisionServiceClient::new(channel)
+}
+
+fn quarantine(dep: &str, retry_after_s: u64) -> pb::ClassifyRequest {
+    pb::ClassifyRequest {
+        failure: Some(pb::Failure {
+            catalog: "vibecode".into(),
+            code: "TIMEOUT_QUARANTINE".into(),
+            operation: pb::OperationKind::Read as i32,
+            attempt: 1,
+            dependency: dep.into(),
+            tenant: "t".into(),
+            retry_after: retry_after_s.to_string(),
+            ..Default::default()
+        }),
+        locale: String::new(),
+    }
+}
+
+async fn refused(c: &mut RetryDecisionServiceClient<Channel>, req: pb::AdmitRequest) -> bool {
+    !c.admit(req).await.expect("admit").into_inner().admitted
+}
+
+/// At `--max-holds 50`: a real 10-minute quarantine survives 6 other
+/// addresses placing 10 dependency holds of 25 h each (the old order, the
+/// soonest end first, evicted the real one).
+pub async fn a_real_quarantine_survives_a_dependency_hold_flood(s: &Server) {
+    let mut real = client_from(s, [127, 0, 0, 2].into()).await;
+    real.classify(quarantine("portal-real", 600)).await.expect("classify");
+    for a in 0..6u8 {
+        let mut c = client_from(s, [127, 0, 1, 10 + a].into()).await;
+        for i in 0..10 {
+            let d = c
+                .classify(quarantine(&format!("flood-{a}-{i}"), 90_000))
+                .await
+                .expect("classify")
+                .into_inner()
+                .decision
+                .expect("decision");
+            assert!(d.hold.is_some() || !d.warnings.is_empty(), "{d:?}");
+        }
+    }
+    let evicted = crate::grpc_support::sample(&s.scrape(), "retryd_holds_evicted_total").unwrap_or(0.0);
+    assert!(evicted > 0.0, "the flood went past the cap: {evicted}");
+    let req = pb::AdmitRequest {
+        catalog: "vibecode".into(),
+        dependency: "portal-real".into(),
+        tenant: "t".into(),
+        ..Default::default()
+    };
+    assert!(refused(&mut real, req).await, "the real quarantine was evicted");
+}
+
+/// A real quota stop survives a tenant-hold flood from 50 addresses at the
+/// default rates, with a cap the flood exceeds.
+pub async fn a_real_quota_stop_survives_a_tenant_hold_flood(s: &Server) {
+    let reset = now_ms() + 3_600_000;
+    let mut real = client_from(s, [127, 0, 0, 3].into()).await;
+    real.classify(rate_limited("fs-real", "real-tenant", reset, ""))
+        .await
+        .expect("classify");
+    let mut flood = Vec::new();
+    for a in 0..50u8 {
+        let mut c = client_from(s, [127, 0, 2, 10 + a].into()).await;
+        flood.push(tokio::spawn(async move {
+            for i in 0..20 {
+                let _ = c
+                    .classify(rate_limited("fs-flood", &format!("t-{a}-{i}"), reset, ""))
+                    .await;
+            }
+        }));
+    }
+    for f in flood {
+        f.await.expect("flood");
+    }
+    let evicted = crate::grpc_support::sample(&s.scrape(), "retryd_holds_evicted_total").unwrap_or(0.0);
+    assert!(evicted > 0.0, "the flood went past the cap: {evicted}");
+    assert!(
+        refused(&mut real, admit_req("fs-real", "real-tenant")).await,
+        "the real quota stop was evicted"
+    );
+}

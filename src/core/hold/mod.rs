@@ -142,6 +142,68 @@ fn push_decimal(buf: &mut String, mut n: usize) {
     }
 }
 
+/// How much a caller is trusted when its holds compete for room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Standing {
+    /// Known only by its address.
+    #[default]
+    Anonymous,
+    /// Known by a client certificate (mTLS).
+    Identified,
+    /// An operator.
+    Operator,
+}
+
+crate::words!(Standing {
+    Anonymous => "anonymous",
+    Identified => "identified",
+    Operator => "operator",
+});
+
+/// What ranks a hold when holds compete for room at the cap: how many
+/// distinct callers placed or extended it, and its placer's standing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Rank {
+    /// Distinct callers that placed or extended it (saturating).
+    #[serde(default)]
+    pub corroboration: u8,
+    /// The placing caller's standing.
+    #[serde(default)]
+    pub standing: Standing,
+    /// Hashes of the first distinct callers (the first is the placer's):
+    /// what tells a new caller from one already counted. Not stored.
+    #[serde(skip)]
+    pub seen: [u32; 4],
+}
+
+impl Rank {
+    /// The rank of a hold placed by the caller whose hash is `caller`.
+    pub fn placed_by(caller: u32, standing: Standing) -> Self {
+        Rank {
+            corroboration: 1,
+            standing,
+            seen: [caller, 0, 0, 0],
+        }
+    }
+
+    /// Counts `caller` as corroborating; true when it is a new one.
+    pub fn corroborate(&mut self, caller: u32) -> bool {
+        if self.seen.contains(&caller) {
+            return false;
+        }
+        if let Some(free) = self.seen.iter_mut().find(|c| **c == 0) {
+            *free = caller;
+        }
+        self.corroboration = self.corroboration.saturating_add(1);
+        true
+    }
+
+    /// The placer's hash (0: unknown, e.g. adopted from another replica).
+    pub fn placer(&self) -> u32 {
+        self.seen[0]
+    }
+}
+
 /// A hold in force (or just lifted), as stored and as reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hold {
@@ -164,6 +226,9 @@ pub struct Hold {
     /// the hold stays in force and admits exactly one call fleet-wide.
     #[serde(default)]
     pub probe_window_ms: u64,
+    /// Its rank at the hold cap.
+    #[serde(default)]
+    pub rank: Rank,
     /// The code of the failure that placed (or last extended) it.
     pub code: String,
     /// The catalog rule that placed it.
@@ -294,6 +359,7 @@ impl HoldPlan<'_> {
             until: self.until,
             probe_every_ms: self.probe_every_ms,
             probe_window_ms: self.probe_window_ms,
+            rank: Rank::default(),
             code: self.code.to_owned(),
             rule: self.rule.to_owned(),
             reason: self.reason.to_owned(),

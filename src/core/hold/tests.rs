@@ -24,6 +24,7 @@ fn hold(kind: HoldKind, since: i64, until: i64, probe_every_ms: u64) -> Hold {
         until: UnixMillis(until),
         probe_every_ms,
         probe_window_ms: 0,
+        rank: Default::default(),
         code: "X".into(),
         rule: "r".into(),
         reason: "why".into(),

@@ -248,6 +248,7 @@ mod tests {
             until: UnixMillis(1_700_000_060_000),
             probe_every_ms: 0,
             probe_window_ms: 0,
+            rank: Default::default(),
             code: "RATE_LIMITED".into(),
             rule: "r".into(),
             reason: "quota\nexhausted".into(),

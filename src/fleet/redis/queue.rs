@@ -139,6 +139,7 @@ mod tests {
             until: UnixMillis(until),
             probe_every_ms: 0,
             probe_window_ms: 0,
+            rank: Default::default(),
             code: String::new(),
             rule: String::new(),
             reason: String::new(),

@@ -256,6 +256,9 @@ async fn resync(shared: &Shared, conn: &mut Conn) -> Result<(usize, usize), Stri
             .is_some_and(|until| *until < h.until)
     }));
     let read = mirror.len().saturating_sub(before);
+    for evicted in mirror.drain_evicted() {
+        shared.enqueue(Op::Lift(evicted));
+    }
     let written = through.len();
     // Written here, not through the bounded queue: the repair must not be
     // dropped by the flood it repairs.
@@ -348,7 +351,13 @@ fn apply(shared: &Shared, payload: &[u8]) {
     };
     let now = UnixMillis::now();
     match event.kind {
-        EventKind::Placed | EventKind::Extended => mirror.apply_remote(event.hold, now),
+        EventKind::Placed | EventKind::Extended => {
+            mirror.apply_remote(event.hold, now);
+            // Room made here for another replica's hold: tombstoned for all.
+            for evicted in mirror.drain_evicted() {
+                shared.enqueue(Op::Lift(evicted));
+            }
+        }
         EventKind::Lifted => {
             if mirror.lift(&event.hold.id).is_none() {
                 // The same scope and kind held here under another id (placed
