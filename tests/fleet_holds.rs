@@ -94,6 +94,16 @@ async fn a_server_without_fleet_flags_uses_memory_and_refuses_a_bad_state() {
     let (status, log) = grpc_support::serve_expecting_exit(&["--state", "mysql://x"]);
     assert_eq!(status.code(), Some(2), "{log}");
     assert!(log.contains("--state"), "{log}");
+    // A tenant hash key short enough to find offline from one known tenant.
+    let dir = scenarios::setup("short-key");
+    std::fs::write(dir.join("short"), "0123456789abcde").expect("key file");
+    let short = dir.join("short").display().to_string();
+    let (status, log) = grpc_support::serve_expecting_exit(&["--tenant-hash-key-file", &short]);
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("--tenant-hash-key-file") && log.contains("at least 16"),
+        "{log}"
+    );
 }
 
 /// `retryd holds list|release` against a running server: JSON lines with the

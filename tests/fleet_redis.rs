@@ -904,3 +904,18 @@ async fn an_eviction_is_a_tombstone_every_replica_obeys() {
     assert_eq!(gone(&a), 1);
     assert!(eventually(PATIENCE, || gone(&b) == 1).await, "B kept the evicted hold");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_without_a_key_file_share_one_tenant_hash_key_through_the_store() {
+    let redis = RedisServer::start();
+    let (a, b) = (replica(&redis.url()), replica(&redis.url()));
+    connected(&[&a, &b]).await;
+    let (ha, hb) = (a.fleet.hash_tenant("acme"), b.fleet.hash_tenant("acme"));
+    assert_eq!(ha, hb, "the same tenant hashes alike on every replica");
+    let alone = Fleet::in_memory(FleetConfig::default());
+    assert_ne!(ha, alone.hash_tenant("acme"), "the key is the fleet's, not a constant");
+    // A replica started later adopts the same key.
+    let c = replica(&redis.url());
+    connected(&[&c]).await;
+    assert_eq!(c.fleet.hash_tenant("acme"), ha);
+}

@@ -111,7 +111,10 @@ pub struct Fleet {
     mirror: Arc<Mirror>,
     store: Arc<dyn SharedStore>,
     limiter: PlacementLimiter,
+    /// `--tenant-hash-key-file`'s key; else the store's shared key once
+    /// known, else this random one.
     tenant_hash_key: Vec<u8>,
+    own_key: bool,
     budgets: Arc<budget::Budgets>,
 }
 
@@ -134,16 +137,18 @@ impl Fleet {
                 budget::flush::spawn_gauges(Arc::downgrade(&budgets));
             }
         }
-        let tenant_hash_key = if config.tenant_hash_key.is_empty() {
-            rand::random::<[u8; 32]>().to_vec()
-        } else {
+        let own_key = !config.tenant_hash_key.is_empty();
+        let tenant_hash_key = if own_key {
             config.tenant_hash_key
+        } else {
+            rand::random::<[u8; 32]>().to_vec()
         };
         Arc::new(Fleet {
             mirror,
             store,
             limiter: PlacementLimiter::new(config.limits),
             tenant_hash_key,
+            own_key,
             budgets,
         })
     }
@@ -442,9 +447,11 @@ impl Fleet {
         if tenant.is_empty() {
             return String::new();
         }
+        let shared = (!self.own_key).then(|| self.store.tenant_hash_key()).flatten();
+        let key: &[u8] = shared.as_deref().map_or(&self.tenant_hash_key, |k| k.as_slice());
         let mut h = Sha256::new();
-        h.update((self.tenant_hash_key.len() as u64).to_be_bytes());
-        h.update(&self.tenant_hash_key);
+        h.update((key.len() as u64).to_be_bytes());
+        h.update(key);
         h.update(tenant.as_bytes());
         let digest = h.finalize();
         let mut out = String::with_capacity(18);

@@ -51,6 +51,12 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug + 'static {
     /// A name for logs: `memory` or the Redis address without credentials.
     fn describe(&self) -> String;
 
+    /// The tenant hash key every replica sharing this store uses, once
+    /// known (generated once and kept in the store); `None` in memory.
+    fn tenant_hash_key(&self) -> Option<Arc<Vec<u8>>> {
+        None
+    }
+
     /// Whether retry-budget counts are shared through this store (then a
     /// flush task calls [`SharedStore::flush_budgets`] every period).
     fn shares_budgets(&self) -> bool {

@@ -105,6 +105,11 @@ redis.call('SET', KEYS[1], cur .. ':u', 'KEEPTTL')
 return 'accepted'
 ";
 
+/// The fleet's tenant hash key (set once, by the first replica to connect).
+pub fn tenant_key(ns: &str) -> String {
+    format!("{ns}:tenant-hash-key")
+}
+
 /// The channel every replica publishes and subscribes to.
 pub fn channel(ns: &str) -> String {
     format!("{ns}:events")

@@ -134,6 +134,8 @@ struct Shared {
     /// Wakes the supervisor to reconnect after a command failed.
     reconnect: Notify,
     pending_lifts: Mutex<VecDeque<Hold>>,
+    /// The fleet's tenant hash key, read from Redis on connect.
+    tenant_key: ArcSwapOption<Vec<u8>>,
     mirror: OnceLock<Arc<Mirror>>,
     put_script: Script,
     lift_script: Script,
@@ -277,6 +279,7 @@ impl RedisStore {
             last_warn_ms: AtomicI64::new(i64::MIN),
             reconnect: Notify::new(),
             pending_lifts: Mutex::new(VecDeque::new()),
+            tenant_key: ArcSwapOption::empty(),
             mirror: OnceLock::new(),
             put_script: Script::new(keys::PUT_SCRIPT),
             lift_script: Script::new(keys::LIFT_SCRIPT),
@@ -413,6 +416,10 @@ impl SharedStore for RedisStore {
 
     fn shares_budgets(&self) -> bool {
         true
+    }
+
+    fn tenant_hash_key(&self) -> Option<Arc<Vec<u8>>> {
+        self.shared.tenant_key.load_full()
     }
 
     fn flush_budgets<'a>(

@@ -198,6 +198,26 @@ async fn session(shared: &Shared) -> Result<(PubSubSink, PubSubStream), String> 
     let (sink, stream) = pubsub.split();
     shared.conn.store(Some(Arc::new(conn.clone())));
 
+    // The fleet's tenant hash key: the first replica to connect makes it.
+    if shared.tenant_key.load().is_none() {
+        let proposed = format!("{:032x}", rand::random::<u128>());
+        let key = keys::tenant_key(&shared.opts.namespace);
+        let mut set = ::redis::cmd("SET");
+        set.arg(&key).arg(&proposed).arg("NX");
+        let _: Option<String> = set
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("tenant hash key: {e}"))?;
+        let kept: String = ::redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("tenant hash key: {e}"))?;
+        if kept.len() >= 16 {
+            shared.tenant_key.store(Some(Arc::new(kept.into_bytes())));
+        }
+    }
+
     // Lifts made while Redis was away go first: a released hold must not
     // come back from the resync.
     let lifts: Vec<Hold> = {
