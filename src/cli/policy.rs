@@ -255,6 +255,14 @@ fn holds_list(out: &mut String, c: &Catalog, ru: bool) {
             },
             HoldKind::CircuitOpen => format!("a probe succeeds (one per {} ms), at most the cap", h.probe_every_ms),
         };
+        let until = if h.probe_window_ms > 0 {
+            format!(
+                "{until}, then one probe: lifted on its success or after {} ms without a failure",
+                h.probe_window_ms
+            )
+        } else {
+            until
+        };
         lines.push(format!(
             "- `{}`{which}: {} on the {} until {until}",
             e.code,
