@@ -450,6 +450,16 @@ fn quarantine(dep: &str, retry_after_s: u64) -> pb::ClassifyRequest {
     }
 }
 
+/// Waits until the server's `retryd_holds_evicted_total` (refreshed with
+/// the gauges, once a second) shows the flood went past the cap.
+async fn evictions_counted(s: &Server) {
+    eventually(Duration::from_secs(5), "retryd_holds_evicted_total > 0", || async {
+        let n = crate::grpc_support::sample(&s.scrape(), "retryd_holds_evicted_total").unwrap_or(0.0);
+        (n > 0.0).then_some(())
+    })
+    .await;
+}
+
 async fn refused(c: &mut RetryDecisionServiceClient<Channel>, req: pb::AdmitRequest) -> bool {
     !c.admit(req).await.expect("admit").into_inner().admitted
 }
@@ -473,8 +483,7 @@ pub async fn a_real_quarantine_survives_a_dependency_hold_flood(s: &Server) {
             assert!(d.hold.is_some() || !d.warnings.is_empty(), "{d:?}");
         }
     }
-    let evicted = crate::grpc_support::sample(&s.scrape(), "retryd_holds_evicted_total").unwrap_or(0.0);
-    assert!(evicted > 0.0, "the flood went past the cap: {evicted}");
+    evictions_counted(s).await;
     let req = pb::AdmitRequest {
         catalog: "vibecode".into(),
         dependency: "portal-real".into(),
@@ -506,8 +515,7 @@ pub async fn a_real_quota_stop_survives_a_tenant_hold_flood(s: &Server) {
     for f in flood {
         f.await.expect("flood");
     }
-    let evicted = crate::grpc_support::sample(&s.scrape(), "retryd_holds_evicted_total").unwrap_or(0.0);
-    assert!(evicted > 0.0, "the flood went past the cap: {evicted}");
+    evictions_counted(s).await;
     assert!(
         refused(&mut real, admit_req("fs-real", "real-tenant")).await,
         "the real quota stop was evicted"
