@@ -89,14 +89,16 @@ pub fn as_operator<T>(msg: T) -> Request<T> {
     req
 }
 
-fn now_ms() -> i64 {
+/// Now, in ms since the epoch.
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or_default()
 }
 
-fn ms(t: &Option<prost_types::Timestamp>) -> i64 {
+/// A timestamp in ms since the epoch.
+pub fn ms(t: &Option<prost_types::Timestamp>) -> i64 {
     let t = t.as_ref().expect("a timestamp");
     t.seconds * 1000 + i64::from(t.nanos) / 1_000_000
 }

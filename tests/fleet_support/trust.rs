@@ -11,25 +11,14 @@ use tokio_stream::StreamExt as _;
 use tonic::Code;
 use tonic::transport::Channel;
 
+use super::scenarios::{ms, now_ms};
 use crate::grpc_support::{Server, eventually};
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
 
 fn ts(ms: i64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: ms.div_euclid(1000),
         nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
     }
-}
-
-fn ms(t: &Option<prost_types::Timestamp>) -> i64 {
-    let t = t.as_ref().expect("a timestamp");
-    t.seconds * 1000 + i64::from(t.nanos) / 1_000_000
 }
 
 /// FrontSpin's RATE_LIMITED for `tenant`, the allowance coming back at `reset`.

@@ -206,6 +206,27 @@ impl Shared {
         pending.push_back(hold);
     }
 
+    /// Runs a probe script (on the Admit or report path) within the probe
+    /// timeout; `None` when Redis failed or was slow (counted), and the
+    /// caller decides from this replica alone.
+    async fn probe_call<T>(
+        &self,
+        what: &str,
+        run: impl std::future::Future<Output = ::redis::RedisResult<T>>,
+    ) -> Option<T> {
+        match tokio::time::timeout(self.opts.probe_timeout, run).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.failed(what, &e);
+                None
+            }
+            Err(_) => {
+                self.error(what, &"timed out");
+                None
+            }
+        }
+    }
+
     /// A command failed: if the connection looks lost, reconnect (and resync).
     fn failed(&self, what: &str, e: &RedisError) {
         self.error(what, e);
@@ -340,16 +361,9 @@ impl SharedStore for RedisStore {
                 .arg(nonce)
                 .arg(keep);
             let run = call.invoke_async::<i64>(&mut conn);
-            match tokio::time::timeout(self.shared.opts.probe_timeout, run).await {
-                Ok(Ok(taken)) => taken == 1,
-                Ok(Err(e)) => {
-                    self.shared.failed("taking a probe slot", &e);
-                    local()
-                }
-                Err(_) => {
-                    self.shared.error("taking a probe slot", &"timed out");
-                    local()
-                }
+            match self.shared.probe_call("taking a probe slot", run).await {
+                Some(taken) => taken == 1,
+                None => local(),
             }
         })
     }
@@ -371,8 +385,8 @@ impl SharedStore for RedisStore {
                 .arg(slot)
                 .arg(nonce);
             let run = call.invoke_async::<String>(&mut conn);
-            match tokio::time::timeout(self.shared.opts.probe_timeout, run).await {
-                Ok(Ok(word)) => {
+            match self.shared.probe_call("redeeming a probe token", run).await {
+                Some(word) => {
                     let redeemed = Redeemed::from_word(&word).unwrap_or(Redeemed::Forged);
                     if redeemed == Redeemed::Accepted {
                         // Spent here too, for reports that arrive while Redis is away.
@@ -382,14 +396,7 @@ impl SharedStore for RedisStore {
                     }
                     redeemed
                 }
-                Ok(Err(e)) => {
-                    self.shared.failed("redeeming a probe token", &e);
-                    local()
-                }
-                Err(_) => {
-                    self.shared.error("redeeming a probe token", &"timed out");
-                    local()
-                }
+                None => local(),
             }
         })
     }
