@@ -31,6 +31,7 @@ pub mod config;
 pub mod drain;
 pub mod fleet;
 pub mod health_probe;
+pub mod log_fields;
 pub mod logging;
 pub mod message_limit;
 pub mod metrics;
