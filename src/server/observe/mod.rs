@@ -82,8 +82,8 @@ pub fn build(t: &TapArgs, live: &PolicySource) -> Result<Observing, String> {
         } else {
             match &t.decision_log_key_file {
                 Some(p) => {
-                    let key = std::fs::read(p).map_err(|e| format!("--decision-log-key-file: {}: {e}", p.display()))?;
-                    let key = key.trim_ascii();
+                    let key = crate::load::read_secret(p).map_err(|e| format!("--decision-log-key-file: {e}"))?;
+                    let key = key.as_slice();
                     if key.len() < 16 {
                         return Err("--decision-log-key-file: the key must be at least 16 bytes".to_owned());
                     }
