@@ -171,11 +171,9 @@ fn is_quoted(text: &str) -> bool {
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => {
-                if chars.next().is_none() {
-                    return false;
-                }
-            }
+            // The guard takes the escaped character: a lone `\` at the end is not an escape.
+            '\\' if chars.next().is_none() => return false,
+            '\\' => {}
             '"' => return false,
             c if needs_escape(c) => return false,
             _ => {}
