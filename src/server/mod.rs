@@ -28,6 +28,7 @@
 
 pub mod admission;
 pub mod config;
+pub mod conns;
 pub mod drain;
 pub mod fleet;
 pub mod health_probe;
@@ -77,6 +78,14 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         return ExitCode::from(EXIT_CONFIG);
     }
     logging::log_panics();
+    // Before anything opens a descriptor: every one the hard limit allows.
+    let (soft_was, soft, hard) = conns::raise_nofile();
+    tracing::info!(
+        soft_was,
+        soft,
+        hard,
+        "file descriptors (RLIMIT_NOFILE): soft raised to hard"
+    );
     let source = reload::PolicySource {
         paths: args.policy_paths(),
         default_catalog: args.default_catalog.clone(),
