@@ -6,6 +6,8 @@
 
 mod grpc_support;
 
+use grpc_support::h2raw;
+
 use std::io::Read as _;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -176,4 +178,66 @@ async fn silent_connections_under_nofile_1024_1024() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_from_one_caller_under_the_default_limits() {
     silent_connections_do_not_take_the_server_down("1024:1024", &[]).await;
+}
+
+const CLASSIFY: &str = "/retryd.v1.RetryDecisionService/Classify";
+const WATCH: &str = "/retryd.v1.RetryDecisionService/WatchHolds";
+
+fn classify_body() -> bytes::Bytes {
+    h2raw::framed(&pb::ClassifyRequest {
+        failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+        locale: String::new(),
+    })
+}
+
+/// `--idle-connection-timeout`: a connection with no open stream is closed
+/// after it; one with a WatchHolds stream open is not, however long the
+/// stream runs; once the stream ends, the idle time starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed_and_streams_keep_them_open() {
+    let server = Server::start(&["--idle-connection-timeout", "2s"]);
+
+    // Idle after one call: closed.
+    let mut idle = h2raw::Conn::connect(server.addr, 65_535).await;
+    let (answer, _s) = idle.try_send(CLASSIFY, classify_body()).await.expect("a call");
+    let answer = h2raw::read(answer, Duration::from_secs(5)).await;
+    assert_eq!(answer.grpc, Some(0), "{}", answer.message);
+
+    // A WatchHolds stream open for longer than the timeout.
+    let mut watching = h2raw::Conn::connect(server.addr, 65_535).await;
+    let (watch, watch_send) = watching
+        .start(WATCH, h2raw::framed(&pb::WatchHoldsRequest::default()), true)
+        .await;
+    let watch_head = tokio::time::timeout(Duration::from_secs(5), watch)
+        .await
+        .expect("watch headers")
+        .expect("watch answered");
+    assert_eq!(watch_head.status(), 200);
+
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(
+        idle.try_send(CLASSIFY, classify_body()).await.is_err(),
+        "the idle connection is still open after 3.5 s"
+    );
+    let (answer, _s) = watching
+        .try_send(CLASSIFY, classify_body())
+        .await
+        .expect("the watching connection is open after 3.5 s");
+    let answer = h2raw::read(answer, Duration::from_secs(5)).await;
+    assert_eq!(answer.grpc, Some(0), "{}", answer.message);
+
+    // The stream ends (the client resets it): idle from then on.
+    drop(watch_head);
+    drop(watch_send);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(
+        watching.try_send(CLASSIFY, classify_body()).await.is_err(),
+        "idle 3.5 s after its stream ended, still open"
+    );
+    let scrape = server.scrape();
+    assert_eq!(
+        sample(&scrape, "retryd_connections_closed_total{reason=\"idle\"}"),
+        Some(2.0),
+        "{scrape}"
+    );
 }

@@ -26,8 +26,11 @@
 //! is logged as `file:line: key: message` —, an unknown default catalog, an
 //! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
 
+pub mod accept;
 pub mod admission;
 pub mod config;
+pub mod conn_io;
+pub mod conn_streams;
 pub mod conns;
 pub mod drain;
 pub mod fleet;
@@ -79,7 +82,7 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
     }
     logging::log_panics();
     // Before anything opens a descriptor: every one the hard limit allows.
-    let (soft_was, soft, hard) = conns::raise_nofile();
+    let (soft_was, soft, hard) = accept::raise_nofile();
     tracing::info!(
         soft_was,
         soft,

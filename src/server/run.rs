@@ -9,9 +9,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tonic_health::ServingStatus;
 
+use super::accept;
 use super::admission::{AdmissionConfig, AdmissionLayer};
 use super::config::{MetricsListen, ServeArgs};
-use super::conns::{self, ConnLimits, Registry};
+use super::conn_streams::StreamCountLayer;
+use super::conns::{ConnLimits, Registry};
 use super::drain::{ABANDONED_TOTAL, InFlight};
 use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
@@ -60,6 +62,8 @@ pub struct ServerConfig {
     pub stall_timeout: Duration,
     /// Time a connection has to send its preface or request line.
     pub handshake_timeout: Duration,
+    /// Time a connection may have no open stream; zero: no limit.
+    pub idle_connection_timeout: Duration,
     /// Most connections from one IP address; 0: no limit.
     pub max_connections_per_caller: u32,
     /// TLS (and mutual TLS) settings; `None`: plaintext.
@@ -96,6 +100,7 @@ impl ServerConfig {
             first_message_timeout: args.first_message_timeout,
             stall_timeout: args.stall_timeout,
             handshake_timeout: args.handshake_timeout,
+            idle_connection_timeout: args.idle_connection_timeout,
             max_connections_per_caller: args.max_connections_per_caller,
             tls: None,
             http: args.http.then(|| HttpConfig {
@@ -367,19 +372,21 @@ impl BoundServer {
         // retryd's own accept loop: handshake deadline, per-caller limit,
         // shedding near the descriptor limit, a spare descriptor (conns).
         let limits = ConnLimits::new(
-            config.handshake_timeout,
+            (config.handshake_timeout, config.idle_connection_timeout),
             config.max_connections_per_caller,
             nofile_limit(),
-            conns::descriptors_in_use(),
+            accept::descriptors_in_use(),
             config.tls.is_some(),
         );
         tracing::info!(
             handshake_timeout = ?limits.handshake_timeout,
+            idle_timeout = ?limits.idle_timeout,
             max_per_caller = limits.max_per_caller,
             shed_at = limits.shed_at,
             "connections: un-handshaken ones are shed beyond shed_at open connections"
         );
-        let incoming = conns::incoming(grpc, Registry::new(limits), TCP_KEEPALIVE);
+        let registry = Registry::new(limits);
+        let incoming = accept::incoming(grpc, Arc::clone(&registry), TCP_KEEPALIVE);
         let mut routes = tonic::service::Routes::builder();
         routes
             .add_service(health)
@@ -395,6 +402,7 @@ impl BoundServer {
                 .route_service("/readyz", door);
         }
         let server = builder
+            .layer(StreamCountLayer::new(registry))
             .layer(GrpcMetricsLayer::new(unary_in_flight.clone()))
             .layer(WireLayer)
             .layer(admission)
@@ -454,7 +462,7 @@ fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(4096)
 }
 
-/// The soft `RLIMIT_NOFILE` now (raised at start, see [`conns::raise_nofile`]).
+/// The soft `RLIMIT_NOFILE` now (raised at start, see [`accept::raise_nofile`]).
 fn nofile_limit() -> u64 {
     rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
