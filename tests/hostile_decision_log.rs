@@ -46,6 +46,16 @@ fn total_dropped(scrape: &str) -> f64 {
     .sum()
 }
 
+/// The scrape once lines written plus lines dropped are `total`.
+async fn every_decision_counted(server: &Server, total: f64) -> String {
+    eventually(Duration::from_secs(20), "every decision counted", || async {
+        let s = server.scrape();
+        let lines = sample(&s, "retryd_decision_log_lines_total")?;
+        (lines + total_dropped(&s) == total).then_some(s)
+    })
+    .await
+}
+
 /// `retryd replay LOG --policy embedded`: exit code, JSON report, stderr.
 fn replay(log: &std::path::Path) -> (Option<i32>, serde_json::Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_retryd"))
@@ -85,12 +95,7 @@ async fn a_full_disk_rotates_nothing_away_and_counts_drops_not_lines() {
         "--decision-log-raw",
     ]);
     let total = decide(&server, 20).await;
-    let scrape = eventually(Duration::from_secs(20), "every decision counted", || async {
-        let s = server.scrape();
-        let lines = sample(&s, "retryd_decision_log_lines_total")?;
-        (lines + total_dropped(&s) == total).then_some(s)
-    })
-    .await;
+    let scrape = every_decision_counted(&server, total).await;
     assert_eq!(
         sample(&scrape, "retryd_decision_log_lines_total"),
         Some(0.0),
@@ -133,12 +138,7 @@ async fn a_file_size_limit_mid_run_leaves_a_log_whose_every_line_replays() {
         &[],
     );
     let total = decide(&server, 5).await;
-    let scrape = eventually(Duration::from_secs(20), "every decision counted", || async {
-        let s = server.scrape();
-        let lines = sample(&s, "retryd_decision_log_lines_total")?;
-        (lines + total_dropped(&s) == total).then_some(s)
-    })
-    .await;
+    let scrape = every_decision_counted(&server, total).await;
     let lines = sample(&scrape, "retryd_decision_log_lines_total").expect("lines");
     assert!(lines > 0.0 && dropped(&scrape, "file_too_large") > 0.0, "{scrape}");
     let text = std::fs::read(&log).expect("log");
@@ -197,12 +197,7 @@ async fn a_fifo_is_written_to_and_never_rotated() {
     })
     .await;
     let total = decide(&server, 3).await;
-    let scrape = eventually(Duration::from_secs(20), "every decision counted", || async {
-        let s = server.scrape();
-        let lines = sample(&s, "retryd_decision_log_lines_total")?;
-        (lines + total_dropped(&s) == total).then_some(s)
-    })
-    .await;
+    let scrape = every_decision_counted(&server, total).await;
     let lines = sample(&scrape, "retryd_decision_log_lines_total").expect("lines");
     assert!(lines > 0.0, "{scrape}");
     {
