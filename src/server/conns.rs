@@ -130,6 +130,11 @@ pub struct Registry {
 impl Registry {
     /// An empty registry.
     pub fn new(limits: ConnLimits) -> Arc<Self> {
+        metrics::describe_gauge!(CONNECTIONS_OPEN, "Connections open on the gRPC port.");
+        metrics::describe_counter!(
+            CONNECTIONS_CLOSED_TOTAL,
+            "Connections closed by retryd, by reason (handshake_timeout, per_caller, shed, no_descriptor, idle)."
+        );
         metrics::gauge!(CONNECTIONS_OPEN).set(0.0);
         for r in REASONS {
             metrics::counter!(CONNECTIONS_CLOSED_TOTAL, "reason" => r).increment(0);

@@ -9,8 +9,8 @@
 //! escaped, when it is empty or holds whitespace, `=`, `"` or `\`. A value
 //! that is already one well-formed quoted string (what `?value` of a string
 //! gives) is kept as it is. The message is escaped the same way and quoted
-//! only when it holds `=`, `"` or `\`, so fields always start at the first
-//! bare `name=` token. The JSON format needs none of this: JSON escapes.
+//! only when it holds `=` or an odd number of `"`, so fields always start at
+//! the first bare `name=` token. The JSON format needs none of this: JSON escapes.
 
 use std::fmt::{self, Write as _};
 
@@ -135,8 +135,11 @@ fn push_value(out: &mut String, text: &str) {
     push_text(out, text, quote);
 }
 
+/// The message is quoted only when it could pose as fields (an `=`) or
+/// break a quote-aware reader (an odd number of `"`): error messages that
+/// name a value in quotes (`unknown catalog "nope"`) stay as they are.
 fn push_message(out: &mut String, text: &str) {
-    let quote = text.chars().any(|c| matches!(c, '=' | '"' | '\\'));
+    let quote = text.contains('=') || text.matches('"').count() % 2 == 1;
     push_text(out, text, quote);
 }
 
@@ -201,6 +204,19 @@ mod tests {
         assert_eq!(value("a\u{1b}[31mb"), "a\\u{1b}[31mb");
         assert_eq!(value("say \"hi\" \\"), "\"say \\\"hi\\\" \\\\\"");
         assert_eq!(value("rtl\u{202e}x"), "rtl\\u{202e}x");
+    }
+
+    #[test]
+    fn messages_are_quoted_only_when_they_could_pose_as_fields() {
+        let message = |s: &str| {
+            let mut out = String::new();
+            push_message(&mut out, s);
+            out
+        };
+        assert_eq!(message("unknown catalog \"nope\""), "unknown catalog \"nope\"");
+        assert_eq!(message("x caller=1.2.3.4"), "\"x caller=1.2.3.4\"");
+        assert_eq!(message("a\" b"), "\"a\\\" b\"");
+        assert_eq!(message("line\nbreak"), "line\\nbreak");
     }
 
     #[test]

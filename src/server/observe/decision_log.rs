@@ -139,6 +139,18 @@ struct FailureOut<'a> {
 /// Opens the log and starts its writer thread; the thread ends (writing
 /// what is buffered) when every sender of `rx` is gone.
 pub fn spawn(config: LogConfig, rx: Receiver<Arc<DecisionEvent>>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    metrics::describe_counter!(
+        DECISION_LOG_LINES_TOTAL,
+        "Decision-log lines that reached the log whole."
+    );
+    metrics::describe_counter!(
+        DECISION_LOG_DROPPED_TOTAL,
+        "Decisions not logged, by reason (queue_full, disk_full, file_too_large, reader_stalled, write_error)."
+    );
+    metrics::describe_counter!(
+        DECISION_LOG_ERRORS_TOTAL,
+        "Decision-log writes and rotations that failed."
+    );
     for c in [DECISION_LOG_LINES_TOTAL, DECISION_LOG_ERRORS_TOTAL] {
         metrics::counter!(c).increment(0);
     }
