@@ -156,20 +156,42 @@ impl Registry {
         metrics::counter!(CONNECTIONS_CLOSED_TOTAL, "reason" => REASONS[reason]).increment(1);
         let mut t = self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         t.counts[reason] += 1;
-        if t.since.is_none_or(|s| s.elapsed() >= LOG_EVERY) {
-            let c = std::mem::take(&mut t.counts);
-            t.since = Some(Instant::now());
-            drop(t);
-            tracing::warn!(
-                handshake_timeout = c[0],
-                per_caller = c[1],
-                shed = c[2],
-                no_descriptor = c[3],
-                idle = c[4],
-                open = self.live().conns.len(),
-                shed_at = self.limits.shed_at,
-                "connections closed (counts since the last such line, at most every 10 s)"
-            );
+        drop(t);
+        self.report();
+    }
+
+    /// Logs the closures counted since the last line, if there are any and
+    /// the last line is at least 10 s old.
+    fn report(&self) {
+        let mut t = self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let quiet = t.since.is_some_and(|s| s.elapsed() < LOG_EVERY);
+        if t.counts.iter().all(|&n| n == 0) || quiet {
+            return;
+        }
+        let c = std::mem::take(&mut t.counts);
+        t.since = Some(Instant::now());
+        drop(t);
+        tracing::warn!(
+            handshake_timeout = c[0],
+            per_caller = c[1],
+            shed = c[2],
+            no_descriptor = c[3],
+            idle = c[4],
+            open = self.live().conns.len(),
+            shed_at = self.limits.shed_at,
+            "connections closed (counts since the last such line, at most every 10 s)"
+        );
+    }
+
+    /// Logs the closures not logged yet once the last line is 10 s old
+    /// (the tail of a burst would otherwise wait for the next closure),
+    /// looking every second. Runs until aborted.
+    pub async fn report_every_10s(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.report();
         }
     }
 

@@ -386,6 +386,7 @@ impl BoundServer {
             "connections: un-handshaken ones are shed beyond shed_at open connections"
         );
         let registry = Registry::new(limits);
+        let _closures_report = AbortOnDrop(tokio::spawn(Arc::clone(&registry).report_every_10s()));
         let incoming = accept::incoming(grpc, Arc::clone(&registry), TCP_KEEPALIVE);
         let mut routes = tonic::service::Routes::builder();
         routes
