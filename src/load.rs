@@ -104,11 +104,34 @@ pub fn empty_dirs(paths: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The most bytes read from a token or key file (`--operator-token-file`,
+/// `--tenant-hash-key-file`, `--decision-log-key-file`, `retryd holds
+/// --token-file`): a secret is tens of bytes; 4 KiB leaves room for a PEM
+/// wrapping or comments without reading a mistaken path's gigabytes.
+pub const MAX_SECRET_FILE_BYTES: u64 = 4 * 1024;
+
+/// The most bytes read from a TLS file (`--tls-cert`, `--tls-key`,
+/// `--tls-client-ca`, `retryd health --tls-*`): a chain or a CA bundle is
+/// tens to a few hundred KiB (the Mozilla bundle is about 220 KiB).
+pub const MAX_TLS_FILE_BYTES: u64 = 1024 * 1024;
+
 /// Reads one catalog file: a regular file (symlinks followed) of at most
 /// `max_bytes`, in UTF-8. Never blocks: the open is non-blocking (a FIFO
 /// without a writer opens at once and is then refused) and the read is
 /// bounded.
 pub fn read_file(path: &Path, max_bytes: u64) -> Result<String, LoadError> {
+    let bytes = read_regular(path, max_bytes, "--max-policy-bytes")?;
+    String::from_utf8(bytes).map_err(|e| io_error(path, std::io::Error::other(format!("not UTF-8 text ({e})"))))
+}
+
+/// Reads any file retryd is given at start or on reload as a catalog file
+/// is read: symlinks followed (Kubernetes mounts Secrets and ConfigMaps
+/// through them) to a regular file of at most `max_bytes`, opened
+/// non-blocking and checked on the open descriptor, so a FIFO, a device, a
+/// socket or a directory is an error naming the path — never a hang or an
+/// endless read — and a dangling link is the open's "No such file". `limit`
+/// names where the bound comes from, for the error.
+pub fn read_regular(path: &Path, max_bytes: u64, limit: &str) -> Result<Vec<u8>, LoadError> {
     let fail = |message: String| io_error(path, std::io::Error::other(message));
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
@@ -123,13 +146,13 @@ pub fn read_file(path: &Path, max_bytes: u64) -> Result<String, LoadError> {
     let meta = file.metadata().map_err(|e| io_error(path, e))?;
     if !meta.is_file() {
         return Err(fail(format!(
-            "not a regular file ({}); a catalog must be a regular file",
+            "not a regular file ({}); it must be a regular file",
             kind(&meta)
         )));
     }
     if meta.len() > max_bytes {
         return Err(fail(format!(
-            "{} bytes, over the limit of {max_bytes} (--max-policy-bytes)",
+            "{} bytes, over the limit of {max_bytes} ({limit})",
             meta.len()
         )));
     }
@@ -138,11 +161,17 @@ pub fn read_file(path: &Path, max_bytes: u64) -> Result<String, LoadError> {
         .read_to_end(&mut bytes)
         .map_err(|e| io_error(path, e))?;
     if bytes.len() as u64 > max_bytes {
-        return Err(fail(format!(
-            "over the limit of {max_bytes} bytes (--max-policy-bytes)"
-        )));
+        return Err(fail(format!("over the limit of {max_bytes} bytes ({limit})")));
     }
-    String::from_utf8(bytes).map_err(|e| fail(format!("not UTF-8 text ({e})")))
+    Ok(bytes)
+}
+
+/// Reads a token or key file ([`read_regular`], at most
+/// [`MAX_SECRET_FILE_BYTES`]): its surrounding whitespace, such as the
+/// newline `echo` or an editor leaves, is not part of the secret.
+pub fn read_secret(path: &Path) -> Result<Vec<u8>, LoadError> {
+    let bytes = read_regular(path, MAX_SECRET_FILE_BYTES, "a token or key file is at most 4 KiB")?;
+    Ok(bytes.trim_ascii().to_vec())
 }
 
 fn kind(meta: &std::fs::Metadata) -> &'static str {

@@ -426,7 +426,8 @@ async fn thousand_connections_open_and_close_without_leaks() {
         );
         return;
     }
-    let server = Server::start(&[]);
+    // All from 127.0.0.1: one caller, over the default per-caller limit.
+    let server = Server::start(&["--max-connections-per-caller", "0"]);
     let pid = server.pid();
     assert_healthy(&server).await;
     // Let the probe's connections close before taking the baseline.

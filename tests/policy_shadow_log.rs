@@ -185,7 +185,12 @@ async fn shadow_disagreements_and_a_complete_log_that_replays() {
             .any(|l| l["decision"]["strategy"] == "budget" && l["failure"]["dependency"] == BUDGETED),
         "a spent budget deferred a retry"
     );
-    assert_eq!(sample(&server.scrape(), "retryd_decision_log_dropped_total"), Some(0.0));
+    let scrape = server.scrape();
+    let drops: Vec<&str> = scrape
+        .lines()
+        .filter(|l| l.starts_with("retryd_decision_log_dropped_total{"))
+        .collect();
+    assert!(drops.len() >= 5 && drops.iter().all(|l| l.ends_with(" 0")), "{drops:?}");
 
     let (code, same) = replay(&log, "embedded");
     assert_eq!((code, same["decisions"].as_f64()), (Some(0), Some(total)), "{same}");
@@ -223,12 +228,12 @@ async fn a_full_log_queue_drops_and_counts_never_blocks() {
     let scrape = eventually(Duration::from_secs(10), "lines + drops = decisions", || async {
         let s = server.scrape();
         let lines = sample(&s, "retryd_decision_log_lines_total")?;
-        let dropped = sample(&s, "retryd_decision_log_dropped_total")?;
+        let dropped = sample(&s, "retryd_decision_log_dropped_total{reason=\"queue_full\"}")?;
         (lines + dropped == 20_000.0).then_some(s)
     })
     .await;
     assert!(
-        sample(&scrape, "retryd_decision_log_dropped_total").unwrap() > 0.0,
+        sample(&scrape, "retryd_decision_log_dropped_total{reason=\"queue_full\"}").unwrap() > 0.0,
         "{scrape}"
     );
 }

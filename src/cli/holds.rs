@@ -114,10 +114,14 @@ async fn execute(cmd: HoldsCommand) -> u8 {
         }
     };
     let token = match &conn.token_file {
-        Some(p) => match std::fs::read_to_string(p) {
-            Ok(t) => Some(t.trim().to_owned()),
+        Some(p) => match crate::load::read_secret(p).map(String::from_utf8) {
+            Ok(Ok(t)) => Some(t),
+            Ok(Err(_)) => {
+                eprintln!("retryd holds: --token-file {}: not UTF-8 text", p.display());
+                return EXIT_USAGE;
+            }
             Err(e) => {
-                eprintln!("retryd holds: --token-file {}: {e}", p.display());
+                eprintln!("retryd holds: --token-file {e}");
                 return EXIT_USAGE;
             }
         },

@@ -48,6 +48,9 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(format!("{}: {e}", args.log.display())),
     };
+    for w in &report.warnings {
+        eprintln!("retryd replay: warning: {}: {w}", args.log.display());
+    }
     match args.format {
         ReportFormat::Text => print!("{}", replay::to_text(&report)),
         ReportFormat::Json => match serde_json::to_string_pretty(&report) {

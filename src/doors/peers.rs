@@ -24,11 +24,13 @@ impl Operators {
     /// an operator: the one rule of the gRPC and HTTP doors.
     pub fn allows_parts(&self, headers: &http::HeaderMap, extensions: &http::Extensions) -> bool {
         if let Some(token) = &self.token {
-            let given = headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
-            if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            // Every Authorization field is tried (a proxy may add its own).
+            if headers
+                .get_all(http::header::AUTHORIZATION)
+                .iter()
+                .filter_map(|v| bearer_token(v.as_bytes()))
+                .any(|given| constant_time_eq(given, token.as_bytes()))
+            {
                 return true;
             }
         }
@@ -40,6 +42,21 @@ impl Operators {
                 .iter()
                 .any(|id| self.identities.iter().any(|allowed| allowed == id))
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` field value, read as
+/// RFC 9110 says (§11.4, §11.6.2, §5.5): the field's surrounding whitespace
+/// ignored, the scheme matched case-insensitively, then one or more
+/// spaces. The same bytes over HTTP/1.1 (where hyper already trims) and
+/// gRPC's HTTP/2 metadata (where nothing does).
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let value = value.trim_ascii();
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer") || rest.first() != Some(&b' ') {
+        return None;
+    }
+    let token = rest.trim_ascii_start();
+    (!token.is_empty()).then_some(token)
 }
 
 /// The peer's address, from the connection info tonic's server puts in a
@@ -56,8 +73,15 @@ pub fn remote_addr(extensions: &http::Extensions) -> Option<std::net::SocketAddr
         })
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether `given` equals `secret`, in a time that depends only on the
+/// secret's length: every byte of the secret is compared whatever `given`
+/// holds, so neither a matching prefix nor `given`'s length shows in it.
+fn constant_time_eq(given: &[u8], secret: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != secret.len());
+    for (i, s) in secret.iter().enumerate() {
+        diff |= std::hint::black_box(given.get(i).copied().unwrap_or(!s)) ^ s;
+    }
+    diff == 0
 }
 
 /// The subject CNs and SANs (DNS, URI, e-mail, IP) of the client's certificate.
@@ -201,5 +225,44 @@ mod caller_tests {
             Operators::default().caller_of(&xff(&["1.2.3.4"]), &from("10.1.1.1:5000")),
             "10.1.1.1"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_with_spaces_and_whitespace_trimmed() {
+        for v in [
+            "Bearer tok",
+            "bearer tok",
+            "BEARER  tok",
+            " Bearer tok \t",
+            "bEaReR \t tok\t",
+        ] {
+            assert_eq!(bearer_token(v.as_bytes()), Some(&b"tok"[..]), "{v:?}");
+        }
+        for v in [
+            "Bearertok",
+            "Bearer",
+            "Bearer   ",
+            "Basic tok",
+            "Bearer\u{b}tok",
+            "Bearer\ttok",
+            "Bear tok",
+            "",
+        ] {
+            assert_eq!(bearer_token(v.as_bytes()), None, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn the_token_compares_whole() {
+        assert!(constant_time_eq(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(!constant_time_eq(b"0123456789abcdeF", b"0123456789abcdef"));
+        assert!(!constant_time_eq(b"0123456789abcde", b"0123456789abcdef"));
+        assert!(!constant_time_eq(b"0123456789abcdef0", b"0123456789abcdef"));
+        assert!(!constant_time_eq(b"", b"0123456789abcdef"));
     }
 }

@@ -62,6 +62,9 @@ pub struct ReplayReport {
     pub undecidable: usize,
     /// By `catalog code` (`(no envelope)` for an empty code).
     pub codes: BTreeMap<String, CodeReplay>,
+    /// What was read but not replayed (a torn last line).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Why a log cannot be replayed.
@@ -96,13 +99,38 @@ pub fn replay(log: impl BufRead, policy: &Policy) -> Result<ReplayReport, Replay
         policy_version: policy.version().to_owned(),
         ..ReplayReport::default()
     };
-    for (i, line) in log.lines().enumerate() {
-        let line_no = i + 1;
-        let line = line?;
+    let mut log = log;
+    let mut bytes = Vec::new();
+    let mut line_no = 0;
+    loop {
+        bytes.clear();
+        if log.read_until(b'\n', &mut bytes)? == 0 {
+            break;
+        }
+        line_no += 1;
+        // The last line without its newline: the writer was stopped (or
+        // the disk filled) in the middle of it. It is reported, not read,
+        // and the lines before it are replayed.
+        if bytes.last() != Some(&b'\n') {
+            let is_record = std::str::from_utf8(&bytes)
+                .ok()
+                .is_some_and(|l| serde_json::from_str::<LogRecord>(l).is_ok());
+            if !is_record {
+                report.warnings.push(format!(
+                    "line {line_no}: the last line is cut short ({} bytes, no newline): not replayed",
+                    bytes.len()
+                ));
+                break;
+            }
+        }
+        let line = std::str::from_utf8(&bytes).map_err(|e| ReplayError::Parse {
+            line: line_no,
+            message: format!("not UTF-8 ({e})"),
+        })?;
         if line.trim().is_empty() {
             continue;
         }
-        let version = serde_json::from_str::<serde_json::Value>(&line)
+        let version = serde_json::from_str::<serde_json::Value>(line)
             .ok()
             .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
         if let Some(v) = version.filter(|v| !SUPPORTED_VERSIONS.contains(&(*v as u32))) {
@@ -112,7 +140,7 @@ pub fn replay(log: impl BufRead, policy: &Policy) -> Result<ReplayReport, Replay
                 supported: SUPPORTED_VERSIONS,
             });
         }
-        let record: LogRecord = serde_json::from_str(&line).map_err(|e| ReplayError::Parse {
+        let record: LogRecord = serde_json::from_str(line).map_err(|e| ReplayError::Parse {
             line: line_no,
             message: e.to_string(),
         })?;

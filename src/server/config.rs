@@ -92,6 +92,19 @@ pub struct ServeArgs {
     /// slot only once its request is in.
     #[arg(long, env = "RETRYD_FIRST_MESSAGE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub first_message_timeout: Duration,
+    /// Time a new connection has to send a complete HTTP/2 preface (or an
+    /// HTTP/1.1 request line), TLS handshake included; one still silent is
+    /// closed (counted in `retryd_connections_closed_total{reason="handshake_timeout"}`).
+    #[arg(long, env = "RETRYD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+    /// Time a connection may have no open stream (a WatchHolds stream is
+    /// open as long as it runs) before it is closed; `0` never closes one.
+    #[arg(long, env = "RETRYD_IDLE_CONNECTION_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub idle_connection_timeout: Duration,
+    /// Most connections open at once from one caller (its IP address); a
+    /// new one over it is closed at once. 0 means no limit.
+    #[arg(long, env = "RETRYD_MAX_CONNECTIONS_PER_CALLER", default_value_t = super::conns::DEFAULT_MAX_CONNECTIONS_PER_CALLER)]
+    pub max_connections_per_caller: u32,
     /// An answer its client reads nothing of for this long is dropped and
     /// its stream reset, giving back its memory and call slot.
     #[arg(long, env = "RETRYD_STALL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]

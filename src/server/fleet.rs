@@ -86,10 +86,12 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
             return Err(format!("{flag}: must be a positive number, not {rate}"));
         }
     }
+    // Read as a policy file is (a FIFO or a device is refused, not waited
+    // on), at most 4 KiB, surrounding whitespace such as a trailing newline
+    // not part of the secret.
     let read = |flag: &str, path: &PathBuf| {
-        std::fs::read_to_string(path)
-            .map(|s| s.trim().to_owned())
-            .map_err(|e| format!("{flag}: {}: {e}", path.display()))
+        let bytes = crate::load::read_secret(path).map_err(|e| format!("{flag}: {e}"))?;
+        String::from_utf8(bytes).map_err(|_| format!("{flag}: {}: not UTF-8 text", path.display()))
     };
     let token = match &args.operator_token_file {
         Some(p) => {

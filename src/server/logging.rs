@@ -20,7 +20,12 @@ pub fn init(format: LogFormat, level: &str) -> Result<(), String> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let installed = match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        // Caller-supplied strings are escaped and quoted (one record, one
+        // line; no forged fields): see log_fields.
+        LogFormat::Text => builder
+            .fmt_fields(super::log_fields::EscapedFields)
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
         LogFormat::Json => builder.json().with_current_span(true).with_span_list(false).try_init(),
     };
     if installed.is_err() {

@@ -26,11 +26,16 @@
 //! is logged as `file:line: key: message` —, an unknown default catalog, an
 //! invalid log filter, a TLS certificate or key that cannot be read or used; clap's own usage errors also exit 2).
 
+pub mod accept;
 pub mod admission;
 pub mod config;
+pub mod conn_io;
+pub mod conn_streams;
+pub mod conns;
 pub mod drain;
 pub mod fleet;
 pub mod health_probe;
+pub mod log_fields;
 pub mod logging;
 pub mod message_limit;
 pub mod metrics;
@@ -76,6 +81,14 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         return ExitCode::from(EXIT_CONFIG);
     }
     logging::log_panics();
+    // Before anything opens a descriptor: every one the hard limit allows.
+    let (soft_was, soft, hard) = accept::raise_nofile();
+    tracing::info!(
+        soft_was,
+        soft,
+        hard,
+        "file descriptors (RLIMIT_NOFILE): soft raised to hard"
+    );
     let source = reload::PolicySource {
         paths: args.policy_paths(),
         default_catalog: args.default_catalog.clone(),

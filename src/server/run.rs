@@ -7,17 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt as _;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
+use super::accept;
 use super::admission::{AdmissionConfig, AdmissionLayer};
 use super::config::{MetricsListen, ServeArgs};
+use super::conn_streams::StreamCountLayer;
+use super::conns::{ConnLimits, Registry};
 use super::drain::{ABANDONED_TOTAL, InFlight};
 use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
 use super::panic::CatchPanicLayer;
-use super::socket::Coalescing;
 use super::tls::{ServerTls, TlsError};
 use super::wire::WireLayer;
 use crate::doors::answer::Stalls;
@@ -65,6 +65,12 @@ pub struct ServerConfig {
     pub max_watch_streams_per_caller: usize,
     /// WatchHolds streams in all (`--max-watch-streams`).
     pub max_watch_streams: usize,
+    /// Time a connection has to send its preface or request line.
+    pub handshake_timeout: Duration,
+    /// Time a connection may have no open stream; zero: no limit.
+    pub idle_connection_timeout: Duration,
+    /// Most connections from one IP address; 0: no limit.
+    pub max_connections_per_caller: u32,
     /// TLS (and mutual TLS) settings; `None`: plaintext.
     pub tls: Option<ServerTls>,
     /// The HTTP/JSON door on the same port; `None`: gRPC only (`--http false`).
@@ -100,6 +106,9 @@ impl ServerConfig {
             stall_timeout: args.stall_timeout,
             max_watch_streams_per_caller: args.fleet.max_watch_streams_per_caller as usize,
             max_watch_streams: args.fleet.max_watch_streams as usize,
+            handshake_timeout: args.handshake_timeout,
+            idle_connection_timeout: args.idle_connection_timeout,
+            max_connections_per_caller: args.max_connections_per_caller,
             tls: None,
             http: args.http.then(|| HttpConfig {
                 max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
@@ -192,13 +201,11 @@ impl BoundServer {
         if let Some(tls) = &config.tls {
             builder = builder.tls_config(tls.load()?).map_err(ServerError::TlsConfig)?;
         }
-        let grpc = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| ServerError::Bind {
-                what: "grpc",
-                addr: config.listen,
-                source,
-            })?;
+        let grpc = bind_listener(config.listen).map_err(|source| ServerError::Bind {
+            what: "grpc",
+            addr: config.listen,
+            source,
+        })?;
         let grpc_addr = grpc.local_addr().map_err(|source| ServerError::Bind {
             what: "grpc",
             addr: config.listen,
@@ -374,10 +381,25 @@ impl BoundServer {
         if door.is_some() {
             tracing::info!("HTTP/JSON on the same port: /v1/*, /healthz, /readyz (OpenAPI at /v1/openapi.json)");
         }
-        let incoming = TcpIncoming::from(grpc)
-            .with_nodelay(Some(true))
-            .with_keepalive(Some(TCP_KEEPALIVE))
-            .map(|accepted| accepted.map(Coalescing::new));
+        // retryd's own accept loop: handshake deadline, per-caller limit,
+        // shedding near the descriptor limit, a spare descriptor (conns).
+        let limits = ConnLimits::new(
+            (config.handshake_timeout, config.idle_connection_timeout),
+            config.max_connections_per_caller,
+            nofile_limit(),
+            accept::descriptors_in_use(),
+            config.tls.is_some(),
+        );
+        tracing::info!(
+            handshake_timeout = ?limits.handshake_timeout,
+            idle_timeout = ?limits.idle_timeout,
+            max_per_caller = limits.max_per_caller,
+            shed_at = limits.shed_at,
+            "connections: un-handshaken ones are shed beyond shed_at open connections"
+        );
+        let registry = Registry::new(limits);
+        let _closures_report = AbortOnDrop(tokio::spawn(Arc::clone(&registry).report_every_10s()));
+        let incoming = accept::incoming(grpc, Arc::clone(&registry), TCP_KEEPALIVE);
         let mut routes = tonic::service::Routes::builder();
         routes
             .add_service(health)
@@ -393,6 +415,7 @@ impl BoundServer {
                 .route_service("/readyz", door);
         }
         let server = builder
+            .layer(StreamCountLayer::new(registry))
             .layer(GrpcMetricsLayer::new(unary_in_flight.clone()))
             .layer(WireLayer)
             .layer(admission)
@@ -435,6 +458,28 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     BoundServer::bind(config, policy).await?.serve(shutdown).await
+}
+
+/// The gRPC listener, with a backlog of 4 096 (the kernel caps it at
+/// `net.core.somaxconn`): under a burst of connects the kernel keeps them
+/// queued instead of dropping their handshakes, which clients would
+/// retransmit seconds later (tokio's default backlog is 1 024).
+fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
+/// The soft `RLIMIT_NOFILE` now (raised at start, see [`accept::raise_nofile`]).
+fn nofile_limit() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1 << 20)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

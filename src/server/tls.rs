@@ -57,11 +57,17 @@ pub enum TlsError {
 /// Reads a PEM file and checks that it holds at least one block whose label
 /// ends with `what` (`CERTIFICATE`, `PRIVATE KEY`); rustls parses it later.
 fn read_pem(flag: &'static str, path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
-    let pem = std::fs::read(path).map_err(|source| TlsError::Read {
-        flag,
-        path: path.to_owned(),
-        source,
-    })?;
+    // Read as a policy file is: a FIFO or a device is refused, not waited on.
+    let pem = crate::load::read_regular(path, crate::load::MAX_TLS_FILE_BYTES, "a TLS file is at most 1 MiB").map_err(
+        |e| TlsError::Read {
+            flag,
+            path: path.to_owned(),
+            source: match e {
+                crate::load::LoadError::Io { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            },
+        },
+    )?;
     let text = String::from_utf8_lossy(&pem);
     let found = text.lines().any(|l| {
         l.trim()

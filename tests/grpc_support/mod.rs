@@ -46,12 +46,26 @@ impl Server {
     /// drains at once on SIGTERM (`--shutdown-delay 0`), as the tests
     /// written before the delay existed expect.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_under(&[], extra, env)
+    }
+
+    /// [`Server::start_with_env`] run through `wrapper` (e.g. `prlimit
+    /// --nofile=1024:1024`), so a limit is set on the server only.
+    pub fn start_under(wrapper: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Server {
         let delay: &[&str] = if extra.contains(&"--shutdown-delay") {
             &[]
         } else {
             &["--shutdown-delay", "0"]
         };
-        let mut child = Command::new(binary())
+        let mut command = match wrapper.split_first() {
+            None => Command::new(binary()),
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(binary());
+                c
+            }
+        };
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
             .args(delay)
             // GRPC_TEST_LOG=debug (or any filter) shows more of the server in failure output.

@@ -2,25 +2,36 @@
 //! [`crate::service::record::LogRecord`], version in `v`), written by its own
 //! thread from a bounded queue, so a slow disk never slows a call: when the
 //! queue is full the decision is not logged and
-//! `retryd_decision_log_dropped_total` counts it. A file is rotated by size
-//! (`PATH` → `PATH.1` → … → `PATH.N`, the oldest removed).
+//! `retryd_decision_log_dropped_total{reason="queue_full"}` counts it. A
+//! regular file is rotated by the bytes that reached it (`PATH` → `PATH.1`
+//! → … → `PATH.N`, the oldest removed); see [`super::log_file`] for what a
+//! full disk, a file-size limit or a FIFO do.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use super::log_file::LogFile;
 use super::tap::DecisionEvent;
 use crate::service::record::{FORMAT_VERSION, Hasher, LoggedBudget, logged_hold};
 #[cfg(doc)]
 use crate::service::record::{LogRecord, LoggedFailure};
 
-/// Counter of lines written.
+/// Counter of lines that reached the log whole.
 pub const DECISION_LOG_LINES_TOTAL: &str = "retryd_decision_log_lines_total";
-/// Counter of decisions not logged because the queue was full.
+/// Counter of decisions not logged, by `reason`: `queue_full` (the writer
+/// fell behind), `disk_full`, `file_too_large` (`RLIMIT_FSIZE` or the file
+/// system's limit), `reader_stalled` (a FIFO's reader), `write_error`.
 pub const DECISION_LOG_DROPPED_TOTAL: &str = "retryd_decision_log_dropped_total";
+/// Every `reason` of [`DECISION_LOG_DROPPED_TOTAL`], shown from the start.
+pub const DROP_REASONS: [&str; 5] = [
+    "queue_full",
+    "disk_full",
+    "file_too_large",
+    "reader_stalled",
+    "write_error",
+];
 /// Counter of write or rotation errors.
 pub const DECISION_LOG_ERRORS_TOTAL: &str = "retryd_decision_log_errors_total";
 
@@ -125,66 +136,65 @@ struct FailureOut<'a> {
     upstream: Option<crate::service::record::LoggedContract>,
 }
 
-enum Sink {
-    Stderr(std::io::Stderr),
-    File { out: BufWriter<File>, written: u64 },
-}
-
-/// Opens the log and starts its writer thread; the thread ends (flushing)
-/// when every sender of `rx` is gone.
+/// Opens the log and starts its writer thread; the thread ends (writing
+/// what is buffered) when every sender of `rx` is gone.
 pub fn spawn(config: LogConfig, rx: Receiver<Arc<DecisionEvent>>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    metrics::describe_counter!(
+        DECISION_LOG_LINES_TOTAL,
+        "Decision-log lines that reached the log whole."
+    );
+    metrics::describe_counter!(
+        DECISION_LOG_DROPPED_TOTAL,
+        "Decisions not logged, by reason (queue_full, disk_full, file_too_large, reader_stalled, write_error)."
+    );
+    metrics::describe_counter!(
+        DECISION_LOG_ERRORS_TOTAL,
+        "Decision-log writes and rotations that failed."
+    );
     for c in [DECISION_LOG_LINES_TOTAL, DECISION_LOG_ERRORS_TOTAL] {
         metrics::counter!(c).increment(0);
     }
+    for reason in DROP_REASONS {
+        metrics::counter!(DECISION_LOG_DROPPED_TOTAL, "reason" => reason).increment(0);
+    }
     let sink = match &config.path {
-        None => Sink::Stderr(std::io::stderr()),
-        Some(p) => open(p)?,
+        None => LogFile::stderr(),
+        Some(p) => LogFile::open(p)?,
     };
     std::thread::Builder::new()
         .name("retryd-decision-log".to_owned())
         .spawn(move || run(&config, sink, &rx))
 }
 
-fn open(path: &PathBuf) -> std::io::Result<Sink> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
-    let written = file.metadata().map(|m| m.len()).unwrap_or(0);
-    Ok(Sink::File {
-        out: BufWriter::with_capacity(64 * 1024, file),
-        written,
-    })
-}
-
-fn run(config: &LogConfig, sink: Sink, rx: &Receiver<Arc<DecisionEvent>>) {
+fn run(config: &LogConfig, sink: LogFile, rx: &Receiver<Arc<DecisionEvent>>) {
     let writer = std::cell::RefCell::new(Writer {
         config,
         sink,
         warned: None,
         lines: metrics::counter!(DECISION_LOG_LINES_TOTAL),
-        pending: 0,
         text: Vec::with_capacity(2048),
     });
     super::tap::consume(
         rx,
         |ev| writer.borrow_mut().write(ev),
-        // Nothing waiting: make what was written visible, then wait.
+        // Nothing waiting: write what is buffered, then wait.
         || writer.borrow_mut().flush(),
     );
+    writer.borrow_mut().flush();
 }
 
 struct Writer<'c> {
     config: &'c LogConfig,
-    sink: Sink,
+    sink: LogFile,
     warned: Option<Instant>,
     lines: metrics::Counter,
-    /// Lines written since the counter was last updated.
-    pending: u64,
     text: Vec<u8>,
 }
 
 impl Writer<'_> {
     fn fail(&mut self, what: &str, e: &std::io::Error) {
         metrics::counter!(DECISION_LOG_ERRORS_TOTAL).increment(1);
-        if self.warned.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+        if self.warned.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
             self.warned = Some(Instant::now());
             tracing::warn!(error = %e, "decision log: {what} failed");
         }
@@ -194,68 +204,30 @@ impl Writer<'_> {
         self.text.clear();
         write_line(ev, &self.config.hasher, &mut self.text);
         self.text.push(b'\n');
-        let result = match &mut self.sink {
-            Sink::Stderr(err) => err.write_all(&self.text),
-            Sink::File { out, written } => {
-                *written += self.text.len() as u64;
-                out.write_all(&self.text)
-            }
-        };
-        match result {
-            Ok(()) => {
-                self.pending += 1;
-                if self.pending >= 1024 {
-                    self.lines.increment(std::mem::take(&mut self.pending));
-                }
-            }
-            Err(e) => self.fail("write", &e),
-        }
-        if let (Sink::File { written, .. }, Some(path)) = (&self.sink, &self.config.path) {
-            if *written >= self.config.max_bytes {
-                if let Err(e) = flush(&mut self.sink) {
-                    self.fail("flush", &e);
-                }
-                match rotate(path, self.config.keep).and_then(|()| open(path)) {
-                    Ok(fresh) => self.sink = fresh,
-                    Err(e) => self.fail("rotation", &e),
-                }
-            }
+        if self.sink.push(&self.text, self.config.max_bytes) {
+            self.flush();
         }
     }
 
+    /// Writes the batch, counts it, and rotates only after a batch that
+    /// reached the file in full.
     fn flush(&mut self) {
-        self.lines.increment(std::mem::take(&mut self.pending));
-        if let Err(e) = flush(&mut self.sink) {
-            self.fail("flush", &e);
+        let w = self.sink.write_batch();
+        self.lines.increment(w.lines);
+        if let Some(e) = &w.torn {
+            self.fail("taking back a line cut short", e);
+        }
+        if let Some((n, reason, e)) = w.dropped {
+            metrics::counter!(DECISION_LOG_DROPPED_TOTAL, "reason" => reason).increment(n);
+            self.fail("write", &e);
+            return;
+        }
+        if self.sink.rotation_due(self.config.max_bytes) {
+            if let Err(e) = self.sink.rotate(self.config.keep) {
+                self.fail("rotation", &e);
+            }
         }
     }
-}
-
-fn flush(sink: &mut Sink) -> std::io::Result<()> {
-    match sink {
-        Sink::Stderr(e) => e.flush(),
-        Sink::File { out, .. } => out.flush(),
-    }
-}
-
-/// `PATH.{keep-1}` → `PATH.{keep}`, …, `PATH` → `PATH.1` (with `keep` 0 the file is removed).
-fn rotate(path: &std::path::Path, keep: u32) -> std::io::Result<()> {
-    let numbered = |n: u32| {
-        let mut p = path.as_os_str().to_owned();
-        p.push(format!(".{n}"));
-        PathBuf::from(p)
-    };
-    if keep == 0 {
-        return std::fs::remove_file(path);
-    }
-    let _ = std::fs::remove_file(numbered(keep));
-    for n in (1..keep).rev() {
-        let from = numbered(n);
-        if from.exists() {
-            std::fs::rename(&from, numbered(n + 1))?;
-        }
-    }
-    std::fs::rename(path, numbered(1))
 }
 
 #[cfg(test)]

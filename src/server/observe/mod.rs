@@ -3,6 +3,7 @@
 //! [`shadow`] decides it again by a candidate policy, [`decision_log`] writes it.
 
 pub mod decision_log;
+pub mod log_file;
 pub mod shadow;
 pub mod tap;
 
@@ -65,7 +66,7 @@ pub fn build(t: &TapArgs, live: &PolicySource) -> Result<Observing, String> {
         })?;
         tracing::info!(shadow_policy_version = policy.version(), paths = ?source.paths, "shadow policy loaded");
         let handle = Arc::new(ArcSwap::from_pointee(policy));
-        let (lane, rx) = Lane::new(t.shadow_queue as usize, SHADOW_DROPPED_TOTAL);
+        let (lane, rx) = Lane::new(t.shadow_queue as usize, metrics::counter!(SHADOW_DROPPED_TOTAL));
         out.threads
             .push(shadow::spawn(Arc::clone(&handle), rx).map_err(|e| format!("--shadow-policy: {e}"))?);
         out.shadow_reloader = Some(Reloader::for_shadow(source, handle));
@@ -82,8 +83,8 @@ pub fn build(t: &TapArgs, live: &PolicySource) -> Result<Observing, String> {
         } else {
             match &t.decision_log_key_file {
                 Some(p) => {
-                    let key = std::fs::read(p).map_err(|e| format!("--decision-log-key-file: {}: {e}", p.display()))?;
-                    let key = key.trim_ascii();
+                    let key = crate::load::read_secret(p).map_err(|e| format!("--decision-log-key-file: {e}"))?;
+                    let key = key.as_slice();
                     if key.len() < 16 {
                         return Err("--decision-log-key-file: the key must be at least 16 bytes".to_owned());
                     }
@@ -103,7 +104,18 @@ pub fn build(t: &TapArgs, live: &PolicySource) -> Result<Observing, String> {
             keep: t.decision_log_keep,
             hasher,
         };
-        let (lane, rx) = Lane::new(t.decision_log_queue as usize, DECISION_LOG_DROPPED_TOTAL);
+        // Past RLIMIT_FSIZE the kernel sends SIGXFSZ, whose default action
+        // kills the process; with a handler installed (tokio's, kept for the
+        // life of the process) the write fails with EFBIG instead, and the
+        // log counts the lines it drops.
+        #[cfg(unix)]
+        if let Err(e) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(libc::SIGXFSZ)) {
+            tracing::warn!(error = %e, "cannot handle SIGXFSZ: a file-size limit would stop the process");
+        }
+        let (lane, rx) = Lane::new(
+            t.decision_log_queue as usize,
+            metrics::counter!(DECISION_LOG_DROPPED_TOTAL, "reason" => "queue_full"),
+        );
         out.threads
             .push(decision_log::spawn(config, rx).map_err(|e| format!("--decision-log: {dest}: {e}"))?);
         tracing::info!(to = %dest, sample, raw = t.decision_log_raw, "decision log on");

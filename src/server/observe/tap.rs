@@ -39,13 +39,13 @@ pub struct DecisionEvent {
 #[derive(Debug)]
 pub struct Lane {
     tx: SyncSender<Arc<DecisionEvent>>,
-    dropped: &'static str,
+    dropped: metrics::Counter,
 }
 
 impl Lane {
-    /// A lane of `capacity` events; drops are counted in the counter named `dropped`.
-    pub fn new(capacity: usize, dropped: &'static str) -> (Lane, Receiver<Arc<DecisionEvent>>) {
-        metrics::counter!(dropped).increment(0);
+    /// A lane of `capacity` events; drops are counted in `dropped`.
+    pub fn new(capacity: usize, dropped: metrics::Counter) -> (Lane, Receiver<Arc<DecisionEvent>>) {
+        dropped.increment(0);
         let (tx, rx) = sync_channel(capacity.max(1));
         (Lane { tx, dropped }, rx)
     }
@@ -53,7 +53,7 @@ impl Lane {
     /// Offers `event` without waiting.
     pub fn offer(&self, event: Arc<DecisionEvent>) {
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.tx.try_send(event) {
-            metrics::counter!(self.dropped).increment(1);
+            self.dropped.increment(1);
         }
     }
 }
