@@ -203,8 +203,10 @@ async fn redis_budget_bounds_retries_across_both_replicas() {
     .await;
     assert!(deferred(&last), "{last:?}");
     let r = last.retry.as_ref().expect("contract");
+    // Paced: about k / (r / 2 replicas) with r = 30/s and k ≤ 301 this
+    // replica's deferrals, ±20 %.
     assert!(
-        r.after_ms > 0 && r.after_ms <= 10_000 && r.max_after_ms >= r.after_ms,
+        r.after_ms > 0 && r.after_ms <= 25_000 && r.max_after_ms >= r.after_ms,
         "{r:?}"
     );
     let budget_seen = last.budget.as_ref().expect("Decision.budget");
@@ -214,7 +216,9 @@ async fn redis_budget_bounds_retries_across_both_replicas() {
         (1_000, 300),
         "{budget_seen:?}"
     );
-    assert_eq!(budget_seen.retries, 601, "{budget_seen:?}");
+    // Only approved retries withdraw: the deferred ones are advice, counted apart.
+    assert_eq!(budget_seen.retries, undeferred, "{budget_seen:?}");
+    assert!(budget_seen.deferred > 0 && budget_seen.next_room_at.is_some(), "{budget_seen:?}");
 
     // A second dependency is unaffected; an unrecorded one is not budgeted.
     let d = classify(&mut clients[1], retry("vibecode", "BITRIX_TIMEOUT", "portal-other", "")).await;

@@ -109,6 +109,10 @@ pub struct BudgetJson<'b> {
     pub allowed: u64,
     /// When the window starts.
     pub window_start: UnixMillis,
+    /// Deferrals given in the window (this replica's), this decision's included.
+    pub deferred: u64,
+    /// When the next retry would be approved at the current rates.
+    pub next_room_at: UnixMillis,
 }
 
 impl<'b> From<&'b BudgetView> for BudgetJson<'b> {
@@ -119,6 +123,8 @@ impl<'b> From<&'b BudgetView> for BudgetJson<'b> {
             retries: v.retries,
             allowed: v.allowed,
             window_start: v.window_start,
+            deferred: v.deferred,
+            next_room_at: v.next_room_at,
         }
     }
 }

@@ -285,6 +285,8 @@ impl RetryDecisionService for RetryDecisionApi {
                 catalog: b.catalog,
                 scope: b.judged.rule.scope.as_str().to_owned(),
                 rule: b.judged.rule.describe(),
+                deferred: b.judged.standing.deferred,
+                next_room_at: Some(timestamp_from_millis(b.judged.standing.room_at)),
                 budget: Some(judged_to_proto(&b.judged)),
             })
             .collect();

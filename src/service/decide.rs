@@ -8,7 +8,9 @@
 //! 4. the hold in force on the failure's scope (the one ending last, the
 //!    decision's own included) floors a retry's wait;
 //! 5. the scope's retry budget judges what is still a retry: a spent budget
-//!    defers it, and an approved retry is withdrawn from the budget.
+//!    defers it, paced at the budget's rate (a deferral withdraws nothing:
+//!    the retry is judged again when it returns), and an approved retry is
+//!    withdrawn from the budget.
 //!
 //! What the decision meets in steps 2–5 is a [`Standing`]: the live fleet
 //! memory ([`Live`], which places and withdraws), no fleet memory at all
@@ -17,7 +19,7 @@
 //! `retryd replay`, policy tests and diffs all call [`decide`] below, so the
 //! decision they report is the live one by construction.
 
-use crate::core::budget::{BudgetRule, BudgetView};
+use crate::core::budget::{BudgetRule, BudgetView, pace_ms, unit_of};
 use crate::core::hold::{self, Hold, HoldPlan};
 use crate::core::warnings::BudgetNote;
 use crate::core::{DecideError, Decision, Failure, Floor, Policy, Strategy, UnixMillis, Verdict, Warning};
@@ -65,6 +67,8 @@ pub trait Standing {
     fn budget(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis) -> Option<Judged>;
     /// An approved retry's withdrawal.
     fn withdraw(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis);
+    /// A deferral given on `rule`'s scope (withdraws nothing; paces the next).
+    fn defer(&mut self, rule: &BudgetRule, scope: ScopeOf<'_>, now: UnixMillis);
 }
 
 /// The live fleet memory: places holds and withdraws retries.
@@ -97,6 +101,10 @@ impl Standing for Live<'_> {
     fn withdraw(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis) {
         self.fleet.budget_withdraw(rules, scope, now);
     }
+
+    fn defer(&mut self, rule: &BudgetRule, scope: ScopeOf<'_>, now: UnixMillis) {
+        self.fleet.budgets().defer(rule, scope, now);
+    }
 }
 
 /// No fleet memory (a server started without it, the CLI): nothing is held
@@ -119,6 +127,7 @@ impl Standing for Alone {
         None
     }
     fn withdraw(&mut self, _: &[BudgetRule], _: ScopeOf<'_>, _: UnixMillis) {}
+    fn defer(&mut self, _: &BudgetRule, _: ScopeOf<'_>, _: UnixMillis) {}
 }
 
 /// A standing given as data, read-only: the holds in force on the scope and
@@ -183,6 +192,7 @@ impl Standing for Given<'_> {
     }
 
     fn withdraw(&mut self, _: &[BudgetRule], _: ScopeOf<'_>, _: UnixMillis) {}
+    fn defer(&mut self, _: &BudgetRule, _: ScopeOf<'_>, _: UnixMillis) {}
 }
 
 /// Decides `f` at `now` against `standing`: the one decision path (see the
@@ -248,9 +258,10 @@ pub fn budget_rules<'p>(policy: &'p Policy, catalog: &str) -> &'p [BudgetRule] {
 /// `retry_with_limit` answer is judged: a verification, a stop or an
 /// applied effect is no retry, so a budget never changes it (nor makes an
 /// unsafe retry look safe). A spent budget defers the retry through the
-/// engine, like a hold: the verdict stays, `after_ms` reaches the time the
-/// window has room (past the deadline: `do_not_retry` by the deadline
-/// rule). A retry still answered `retry_with_limit` is then withdrawn.
+/// engine, like a hold: the verdict stays, `after_ms` reaches the paced
+/// return (past the deadline: `do_not_retry` by the deadline rule). Only
+/// an approved retry is withdrawn; a deferral withdraws nothing (the one
+/// model of `docs/retry-budgets.md`).
 fn judge_budget<'a>(
     policy: &'a Policy,
     standing: &mut impl Standing,
@@ -270,8 +281,9 @@ fn judge_budget<'a>(
     };
     let judged = standing.budget(rules, scope, now);
     let mut d = d;
+    let mut deferred = false;
     if let Some(j) = judged.as_ref().filter(|j| j.standing.exhausted) {
-        let room = j.standing.room_at;
+        let room = now.plus_ms(paced_wait_ms(policy, &d, j));
         let floor = match hold_floor {
             Some(h) if h >= room => Floor {
                 until: h,
@@ -293,19 +305,49 @@ fn judge_budget<'a>(
             rule: j.rule,
         });
         metrics::counter!(BUDGET_EXHAUSTED_TOTAL, "catalog" => d.catalog.to_owned()).increment(1);
+        deferred = d.verdict == Verdict::RetryWithLimit;
+        if deferred {
+            standing.defer(&j.rule, scope, now);
+        }
     }
-    let retried = d.verdict == Verdict::RetryWithLimit;
-    if retried {
+    let approved = d.verdict == Verdict::RetryWithLimit && !deferred;
+    if approved {
         standing.withdraw(rules, scope, now);
     }
     d.budget = judged.as_ref().map(|j| BudgetView {
         scope_key: j.shown.clone(),
         requests: j.standing.requests,
-        retries: j.standing.retries.saturating_add(u64::from(retried)),
+        retries: j.standing.retries.saturating_add(u64::from(approved)),
         allowed: j.standing.allowed,
         window_start: j.standing.window_start,
+        deferred: j.standing.deferred.saturating_add(u64::from(deferred)),
+        next_room_at: j.standing.room_at,
     });
     Ok((d, judged))
+}
+
+/// How long the deferral of `d` by the spent budget `j` waits: the
+/// `deferred + 1`-th of the window, paced at the budget's rate over its
+/// replicas, capped by the code's `max_delay_ms` (beyond it: spread over the
+/// cap's last half). The jitter is drawn from the scope, window and `k`, so
+/// the read-only path given the same standing decides the same wait.
+fn paced_wait_ms(policy: &Policy, d: &Decision<'_>, j: &Judged) -> u64 {
+    let cap = policy.catalog(d.catalog).map_or(0, |c| {
+        let entry = match d.code {
+            "" => c.no_envelope(),
+            code if d.known_code => c.lookup(code).unwrap_or_else(|| c.unknown()),
+            _ => c.unknown(),
+        };
+        entry.max_delay_ms
+    });
+    let k = j.standing.deferred.saturating_add(1);
+    let seed = j
+        .shown
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+        ^ (j.standing.window_start.0 as u64).rotate_left(17)
+        ^ k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    pace_ms(&j.rule, &j.standing, k, j.replicas, cap, unit_of(seed), unit_of(!seed))
 }
 
 #[cfg(test)]
@@ -379,13 +421,24 @@ mod tests {
                 window_start: NOW,
                 exhausted: true,
                 room_at: NOW.plus_ms(7_000),
+                deferred: 0,
             },
+            replicas: 1,
         };
         let mut given = Given::new(&[], Some(&spent));
         let d = decide(&policy, &f, InputNotes::default(), NOW, &mut given).expect("decided");
         assert_eq!(d.decision.verdict, Verdict::RetryWithLimit);
         assert_eq!(d.decision.retry.strategy, Strategy::Budget);
-        assert!(d.decision.retry.after_ms >= 7_000, "{:?}", d.decision.retry);
+        // Paced: the first deferral of a window allowing 2 waits window / 2
+        // ±20 %, or, past the code's cap, somewhere in the cap's last half.
+        let (pace, cap) = (rule.window_ms / 2, code.max_delay_ms);
+        let after = d.decision.retry.after_ms;
+        let expected = if pace * 12 / 10 <= cap {
+            pace * 8 / 10..=pace * 12 / 10
+        } else {
+            cap / 2..=cap
+        };
+        assert!(expected.contains(&after), "{after} not in {expected:?}");
         assert!(d.decision.warnings.iter().any(|w| w == Warning::BudgetExhausted));
         assert_eq!(d.budget.as_ref().map(|j| j.standing.retries), Some(10));
     }

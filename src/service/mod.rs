@@ -25,6 +25,9 @@ pub mod observe;
 pub mod outcome;
 pub mod record;
 
+#[cfg(test)]
+mod budget_tests;
+
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;

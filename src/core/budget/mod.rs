@@ -240,6 +240,9 @@ pub struct Standing {
     pub exhausted: bool,
     /// When the window has room again (equal to `now` when it has room now).
     pub room_at: UnixMillis,
+    /// Deferrals this replica gave in the window (advice, not withdrawals:
+    /// they count against nothing; they pace the next deferral).
+    pub deferred: u64,
 }
 
 /// A scope's standing as a decision reports it.
@@ -255,14 +258,24 @@ pub struct BudgetView {
     pub allowed: u64,
     /// When the window starts.
     pub window_start: UnixMillis,
+    /// Deferrals given in the window (this replica's), this decision's included.
+    pub deferred: u64,
+    /// When the next retry would be approved at the current rates.
+    pub next_room_at: UnixMillis,
 }
 
 /// Judges a scope whose window (ending with `now`'s bucket) holds
-/// `buckets` (oldest first). `None` when no first attempt was ever recorded
-/// in the window: retryd does not know its traffic, so it is not budgeted.
-pub fn judge(rule: &BudgetRule, buckets: &[Counts; BUCKETS], now: UnixMillis) -> Option<Standing> {
+/// `buckets` (oldest first). `seen`: the scope has recorded a first attempt,
+/// and was active (a first attempt, a failure judged) within
+/// [`SEEN_WINDOWS`] windows. `None` (not budgeted) only for a scope
+/// with no first attempt in the window that was not `seen` either: retryd
+/// does not know its traffic (a Classify-only caller). A scope that was
+/// seen but whose window emptied of first attempts keeps its budget, which
+/// is then the reserve alone: a batch that submits its work at once and
+/// then only retries does not escape its budget after one window.
+pub fn judge(rule: &BudgetRule, buckets: &[Counts; BUCKETS], now: UnixMillis, seen: bool) -> Option<Standing> {
     let total = buckets.iter().fold(Counts::default(), |a, c| a.plus(*c));
-    if total.requests == 0 {
+    if total.requests == 0 && !seen {
         return None;
     }
     let allowed = rule.allowed(total.requests);
@@ -275,16 +288,16 @@ pub fn judge(rule: &BudgetRule, buckets: &[Counts; BUCKETS], now: UnixMillis) ->
     } else {
         // The window slides a bucket at a time: find the first boundary at
         // which the buckets left behind make room. The oldest bucket `first`
-        // leaves the window when bucket `first + BUCKETS` begins.
+        // leaves the window when bucket `first + BUCKETS` begins. A window
+        // left with no first attempt allows the reserve alone.
         let mut left = total;
         let mut at = None;
         for (i, c) in buckets.iter().enumerate() {
             left = Counts {
-                requests: left.requests - c.requests,
-                retries: left.retries - c.retries,
+                requests: left.requests.saturating_sub(c.requests),
+                retries: left.retries.saturating_sub(c.retries),
             };
-            // No request left: the scope is no longer budgeted (room).
-            if left.requests == 0 || left.retries < rule.allowed(left.requests) {
+            if left.retries < rule.allowed(left.requests) {
                 at = Some((first + BUCKETS as i64 + i as i64).saturating_mul(bucket_ms));
                 break;
             }
@@ -298,8 +311,17 @@ pub fn judge(rule: &BudgetRule, buckets: &[Counts; BUCKETS], now: UnixMillis) ->
         window_start: rule.window_start(now),
         exhausted,
         room_at,
+        deferred: 0,
     })
 }
+
+/// A scope stays budgeted this many windows after it was last active (a
+/// first attempt or a failure judged); then it is forgotten like a new one.
+pub const SEEN_WINDOWS: u64 = 10;
+
+mod pace;
+
+pub use pace::{Tally, pace_ms, unit_of};
 
 #[cfg(test)]
 mod tests;

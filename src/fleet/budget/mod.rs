@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-use crate::core::budget::{BUCKETS, BudgetRule, BudgetScope, Counts, Standing, Window, judge};
+use crate::core::budget::{BUCKETS, BudgetRule, BudgetScope, Counts, SEEN_WINDOWS, Standing, Tally, Window, judge};
 use crate::core::hold::{HoldScope, storage_key};
 use crate::core::time::UnixMillis;
 
@@ -110,6 +110,14 @@ struct Entry {
     fleet: Window,
     pending: Window,
     inflight: Window,
+    /// Deferrals this replica gave (advice, withdrawn from nothing; they pace the next).
+    deferred: Tally,
+    /// When the scope was last active (ms; 0: no first attempt ever seen):
+    /// a first attempt recorded here or seen in the fleet totals, or a
+    /// failure judged against its budget. It stays budgeted
+    /// [`SEEN_WINDOWS`] windows on, so a scope that keeps failing after its
+    /// first attempts stopped keeps (the reserve of) its budget.
+    seen_ms: i64,
     /// Counts not yet flushed.
     dirty: bool,
     /// The flush round it was last used in (its totals are read back
@@ -127,6 +135,9 @@ pub struct Judged {
     pub shown: String,
     /// Where it stands.
     pub standing: Standing,
+    /// Replicas judging the scope (from the flush heartbeats; 1 alone): a
+    /// replica paces its deferrals at the budget's rate / replicas.
+    pub replicas: u64,
 }
 
 /// The budget table of one replica.
@@ -252,6 +263,9 @@ impl Budgets {
             }
             let e = self.entry(&mut t, key, rule, scope, hash);
             let b = rule.bucket_of(now);
+            if c.requests > 0 {
+                e.seen_ms = e.seen_ms.max(now.0);
+            }
             e.own.add(b, c);
             if self.shared {
                 e.pending.add(b, c);
@@ -287,12 +301,14 @@ impl Budgets {
             // Shared: a scope first seen here is added so the next flush
             // reads the fleet's totals for it.
             let e = self.entry(&mut t, key, rule, scope, hash);
-            let standing = judge(rule, &totals(e, rule.bucket_of(now), self.shared, fallback, k), now);
-            if let Some(standing) = standing {
+            if let Some(standing) = stand(e, now, self.shared, fallback, k) {
+                // A failure judged keeps the scope budgeted.
+                e.seen_ms = e.seen_ms.max(now.0);
                 out.push(Judged {
                     rule: *rule,
                     shown: e.shown.clone(),
                     standing,
+                    replicas: if self.shared { k } else { 1 },
                 });
             }
         }
@@ -302,6 +318,16 @@ impl Budgets {
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
         out
+    }
+
+    /// Records a deferral given on `rule`'s scope of the call (it withdraws
+    /// nothing: it paces the next deferral and is shown in ListBudgets).
+    pub fn defer(&self, rule: &BudgetRule, scope: ScopeOf<'_>, now: UnixMillis) {
+        let Some(key) = scope.key(rule) else { return };
+        let mut t = self.lock();
+        if let Some(e) = t.map.get_mut(&key) {
+            e.deferred.add(rule.bucket_of(now));
+        }
     }
 
     fn note_fallback(&self, fallback: bool) {
@@ -343,6 +369,8 @@ impl Budgets {
             fleet: Window::default(),
             pending: Window::default(),
             inflight: Window::default(),
+            deferred: Tally::default(),
+            seen_ms: 0,
             dirty: false,
             touched: 0,
             last_used: tick,
@@ -352,12 +380,23 @@ impl Budgets {
             for w in [&mut e.own, &mut e.fleet, &mut e.pending, &mut e.inflight] {
                 w.clear();
             }
+            e.deferred = Tally::default();
         }
         e.rule = *rule;
         e.last_used = tick;
         e.touched = round;
         e
     }
+}
+
+/// Where `e` stands at `now` (`None`: not budgeted), its deferrals included.
+fn stand(e: &Entry, now: UnixMillis, shared: bool, fallback: bool, replicas: u64) -> Option<Standing> {
+    let bucket = e.rule.bucket_of(now);
+    let window = i64::try_from(e.rule.window_ms.saturating_mul(SEEN_WINDOWS)).unwrap_or(i64::MAX);
+    let seen = e.seen_ms > 0 && now.0.saturating_sub(e.seen_ms) <= window;
+    let mut s = judge(&e.rule, &totals(e, bucket, shared, fallback, replicas), now, seen)?;
+    s.deferred = e.deferred.total(bucket);
+    Some(s)
 }
 
 /// The counts a decision reads for `e` in the window ending with `bucket`.

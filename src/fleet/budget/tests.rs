@@ -70,8 +70,13 @@ fn one_replica_counts_deposits_and_withdrawals() {
     // Another dependency is its own scope; no dependency is no scope.
     assert!(b.judge(&rules, scope("q"), T0, &hash).is_empty());
     assert!(b.judge(&rules, scope(""), T0, &hash).is_empty());
-    // After the window, nothing is left.
-    assert!(b.judge(&rules, scope("p"), T0.plus_ms(11_000), &hash).is_empty());
+    // After the window the scope keeps its budget, the reserve alone (it saw
+    // traffic); a failure judged keeps it so, and ten windows after it was
+    // last active it is forgotten.
+    let j = &b.judge(&rules, scope("p"), T0.plus_ms(11_000), &hash)[0];
+    assert_eq!((j.standing.requests, j.standing.retries, j.standing.allowed), (0, 0, 100));
+    assert!(!b.judge(&rules, scope("p"), T0.plus_ms(109_000), &hash).is_empty());
+    assert!(b.judge(&rules, scope("p"), T0.plus_ms(220_000), &hash).is_empty());
 }
 
 #[test]
