@@ -50,6 +50,9 @@ pub struct FleetConfig {
     pub max_budget_scopes: usize,
     /// How often budget counts are flushed to a shared store (`--budget-flush-ms`).
     pub budget_flush_every: Duration,
+    /// Reported first attempts per caller per budget scope per second
+    /// (`--max-reported-requests-per-sec`).
+    pub max_reported_per_sec: f64,
 }
 
 impl Default for FleetConfig {
@@ -60,6 +63,7 @@ impl Default for FleetConfig {
             tenant_hash_key: Vec::new(),
             max_budget_scopes: 50_000,
             budget_flush_every: Duration::from_millis(100),
+            max_reported_per_sec: budget::DEFAULT_REPORTED_PER_SEC,
         }
     }
 }
@@ -103,11 +107,14 @@ impl Fleet {
         Arc::clone(&store).start(Arc::clone(&mirror));
         let every = config.budget_flush_every.max(Duration::from_millis(1));
         let shared = store.shares_budgets();
-        let budgets = Arc::new(budget::Budgets::new(
-            config.max_budget_scopes,
-            shared,
-            u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
-        ));
+        let budgets = Arc::new(
+            budget::Budgets::new(
+                config.max_budget_scopes,
+                shared,
+                u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            )
+            .with_reported_per_sec(config.max_reported_per_sec),
+        );
         if tokio::runtime::Handle::try_current().is_ok() {
             if shared {
                 budget::flush::spawn(Arc::downgrade(&budgets), Arc::downgrade(&store), every);
@@ -137,6 +144,20 @@ impl Fleet {
     /// Records `n` first attempts of a call's scopes on `rules`.
     pub fn budget_deposit(&self, rules: &[BudgetRule], scope: budget::ScopeOf<'_>, n: u64, now: UnixMillis) {
         self.budgets.deposit(rules, scope, n, now, &|t| self.hash_tenant(t));
+    }
+
+    /// Records `n` first attempts reported by `caller` (one report's count
+    /// for the scope), limited per caller per scope.
+    pub fn budget_deposit_reported(
+        &self,
+        rules: &[BudgetRule],
+        scope: budget::ScopeOf<'_>,
+        n: u64,
+        caller: &str,
+        now: UnixMillis,
+    ) {
+        self.budgets
+            .deposit_reported(rules, scope, n, caller, now, &|t| self.hash_tenant(t));
     }
 
     /// Where the budgets of a call's scopes stand, the most constraining first.

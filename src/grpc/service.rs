@@ -262,9 +262,16 @@ impl RetryDecisionService for RetryDecisionApi {
                 requests: c.requests,
             })
             .collect();
+        let extensions = request.extensions();
+        let caller_name = || caller_of_parts(extensions);
         let hold = self
             .service
-            .report_outcomes(&counts, &req.probe_token, req.probe_succeeded)
+            .report_outcomes_from(
+                Caller::Lazy(&caller_name),
+                &counts,
+                &req.probe_token,
+                req.probe_succeeded,
+            )
             .map_err(status_of)?;
         Ok(Response::new(pb::ReportOutcomesResponse {
             hold: hold.as_ref().map(shown_to_proto),

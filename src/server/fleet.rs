@@ -47,6 +47,12 @@ pub struct FleetArgs {
     /// overshoot a budget by about the retries approved in one such period.
     #[arg(long, env = "RETRYD_BUDGET_FLUSH_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub budget_flush_ms: u64,
+    /// First attempts one caller may report (ReportOutcomes) per budget
+    /// scope per second; the burst is one second's worth. What is over it
+    /// is cut and counted (retryd_reported_requests_clamped_total). Admit's
+    /// deposits are not limited (each is one real call).
+    #[arg(long, env = "RETRYD_MAX_REPORTED_REQUESTS_PER_SEC", default_value_t = 50_000.0)]
+    pub max_reported_requests_per_sec: f64,
 }
 
 /// Builds the fleet memory and the operator rule from the flags. Must run
@@ -55,6 +61,7 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
     for (flag, rate) in [
         ("--hold-placements-per-sec", args.hold_placements_per_sec),
         ("--dependency-holds-per-sec", args.dependency_holds_per_sec),
+        ("--max-reported-requests-per-sec", args.max_reported_requests_per_sec),
     ] {
         if !(rate.is_finite() && rate > 0.0) {
             return Err(format!("{flag}: must be a positive number, not {rate}"));
@@ -88,6 +95,7 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
         tenant_hash_key,
         max_budget_scopes: args.max_budget_scopes as usize,
         budget_flush_every: std::time::Duration::from_millis(args.budget_flush_ms),
+        max_reported_per_sec: args.max_reported_requests_per_sec,
     };
     let state = args.state.trim();
     let fleet = if state == "memory" {

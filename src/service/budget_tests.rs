@@ -3,11 +3,11 @@
 //! deferrals are paced instead of bunched, interleaved traffic gets its
 //! share, and deferred answers withdraw nothing.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
-use super::decide::{InputNotes, Live, decide};
 use super::caller::Caller;
+use super::decide::{InputNotes, Live, decide};
 use crate::core::{Failure, Operation, Policy, UnixMillis, Verdict, Warning};
 use crate::fleet::budget::ScopeOf;
 use crate::fleet::{Fleet, FleetConfig};
@@ -87,7 +87,11 @@ impl Run {
             caller: Caller::Named("test"),
         };
         let d = decide(&self.policy, &failure(), InputNotes::default(), now, &mut live).expect("decided");
-        assert_eq!(d.decision.verdict, Verdict::RetryWithLimit, "a budget defers, never refuses");
+        assert_eq!(
+            d.decision.verdict,
+            Verdict::RetryWithLimit,
+            "a budget defers, never refuses"
+        );
         let deferred = d.decision.warnings.iter().any(|w| w == Warning::BudgetExhausted);
         deferred.then(|| now.plus_ms(d.decision.retry.after_ms))
     }
@@ -124,7 +128,11 @@ fn a_batch_that_only_retries_does_not_escape_its_budget() {
     let deferred: Vec<UnixMillis> = (0..100).filter_map(|_| run.retry(T0)).collect();
     assert_eq!(deferred.len(), 90);
     let s = run.listed(T0);
-    assert_eq!((s.requests, s.retries, s.deferred), (100, 10, 90), "deferrals withdraw nothing");
+    assert_eq!(
+        (s.requests, s.retries, s.deferred),
+        (100, 10, 90),
+        "deferrals withdraw nothing"
+    );
     let later = run.returns(deferred, T0.plus_ms(30_000));
     assert!(10 + later <= 11, "{} approved in all", 10 + later);
 }
@@ -145,7 +153,10 @@ fn deferrals_are_paced_at_the_budgets_rate() {
         .unwrap_or(0);
     println!("busiest second of the deferred returns: {busiest} (r = 30/s)");
     assert!(busiest <= 60, "{busiest} returns in one second");
-    assert!(back[0] > T0.0 && back[699] - back[0] > 15_000, "spread over ≈ 700 / 30 s");
+    assert!(
+        back[0] > T0.0 && back[699] - back[0] > 15_000,
+        "spread over ≈ 700 / 30 s"
+    );
 }
 
 /// Finagle's `testBudget` pattern: 10 %, one first attempt then one retry,
@@ -197,4 +208,39 @@ fn a_deferral_is_advice_not_a_withdrawal() {
     assert_eq!((s.retries, s.deferred), (2, 1));
     // 2 allowed over 10 s: r = 0.2/s, the first deferral ≈ 5 s on.
     assert!((4_000..=6_000).contains(&T0.ms_until(live)), "{}", T0.ms_until(live));
+}
+
+/// One report switches no budget off: 100 Admits, then one report of
+/// 1 000 entries × (2⁶⁴−1) for the same scope: `requests` rises by at most
+/// 50 000 (one second of `--max-reported-requests-per-sec`), and of 15 000
+/// immediate retries at most 20 % × 50 100 + 100, + 5 % (10 626) are approved.
+#[test]
+fn one_report_cannot_switch_a_budget_off() {
+    let run = Run::new("window = \"10s\"\nretry_percent = 20\nmin_retries_per_sec = 10");
+    for _ in 0..100 {
+        run.first_attempts(1, T0);
+    }
+    let entry = super::holds::OutcomeCount {
+        catalog: "t",
+        dependency: "dep",
+        requests: u64::MAX,
+        ..Default::default()
+    };
+    let report = vec![entry; 1_000];
+    super::budgets::deposit_report(&run.policy, &run.fleet, "10.0.0.9", &report, T0);
+    let requests = run.listed(T0).requests;
+    assert!(requests - 100 <= 50_000, "requests rose by {}", requests - 100);
+    assert_eq!(
+        run.fleet.budgets().reported().clamped(),
+        u64::MAX - 50_000,
+        "the cut is counted"
+    );
+    let approved = (0..15_000).filter(|_| run.retry(T0).is_none()).count();
+    println!("requests {requests}, approved {approved} of 15 000");
+    assert!(approved <= 10_626, "{approved} approved");
+    // Another caller has its own bucket; the same caller a second later gets
+    // one second's worth more, no more.
+    super::budgets::deposit_report(&run.policy, &run.fleet, "10.0.0.8", &report[..1], T0);
+    super::budgets::deposit_report(&run.policy, &run.fleet, "10.0.0.9", &report[..3], T0.plus_ms(1_000));
+    assert_eq!(run.listed(T0.plus_ms(1_000)).requests, requests + 100_000);
 }

@@ -341,11 +341,9 @@ fn paced_wait_ms(policy: &Policy, d: &Decision<'_>, j: &Judged) -> u64 {
         entry.max_delay_ms
     });
     let k = j.standing.deferred.saturating_add(1);
-    let seed = j
-        .shown
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-        ^ (j.standing.window_start.0 as u64).rotate_left(17)
+    let seed = j.shown.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    }) ^ (j.standing.window_start.0 as u64).rotate_left(17)
         ^ k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     pace_ms(&j.rule, &j.standing, k, j.replicas, cap, unit_of(seed), unit_of(!seed))
 }

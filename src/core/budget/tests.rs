@@ -148,7 +148,13 @@ fn a_scope_that_saw_traffic_stays_budgeted_when_its_window_empties() {
         let s = judge(&r, &w.buckets(b), T0, true).unwrap();
         if !s.exhausted {
             approved += 1;
-            w.add(b, Counts { requests: 0, retries: 1 });
+            w.add(
+                b,
+                Counts {
+                    requests: 0,
+                    retries: 1,
+                },
+            );
         }
     }
     assert_eq!(approved, 10);
@@ -159,7 +165,13 @@ fn a_scope_that_saw_traffic_stays_budgeted_when_its_window_empties() {
         let s = judge(&r, &w.buckets(lb), later, true).expect("still budgeted");
         if !s.exhausted {
             approved += 1;
-            w.add(lb, Counts { requests: 0, retries: 1 });
+            w.add(
+                lb,
+                Counts {
+                    requests: 0,
+                    retries: 1,
+                },
+            );
         }
     }
     assert!(approved <= 11, "{approved} approved in all");

@@ -25,6 +25,7 @@
 
 pub mod flush;
 mod list;
+pub mod reported;
 
 pub use list::utilization;
 
@@ -59,6 +60,10 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         BUDGET_SCOPES_EVICTED_TOTAL,
         "Budget scopes dropped at --max-budget-scopes (least recently used first)."
+    );
+    metrics::describe_counter!(
+        reported::REPORTED_REQUESTS_CLAMPED_TOTAL,
+        "Reported first attempts (ReportOutcomes) cut by --max-reported-requests-per-sec per caller per scope."
     );
     metrics::describe_gauge!(
         BUDGET_FALLBACK,
@@ -155,6 +160,8 @@ pub struct Budgets {
     stale_after_ms: i64,
     fallback: AtomicBool,
     evicted: AtomicU64,
+    /// Reported first attempts per caller per scope.
+    reported: reported::Reported,
 }
 
 #[derive(Debug, Default)]
@@ -164,6 +171,9 @@ struct Table {
     /// Flushes taken so far.
     round: u64,
 }
+
+/// Default of `--max-reported-requests-per-sec`.
+pub const DEFAULT_REPORTED_PER_SEC: f64 = 50_000.0;
 
 /// A scope's fleet totals are read back while it was used within this many
 /// flushes (2 s at the default 100 ms): a scope in use stays current, an
@@ -185,7 +195,20 @@ impl Budgets {
             stale_after_ms: i64::try_from(flush_every_ms.saturating_mul(5).max(1_000)).unwrap_or(i64::MAX),
             fallback: AtomicBool::new(false),
             evicted: AtomicU64::new(0),
+            reported: reported::Reported::new(DEFAULT_REPORTED_PER_SEC),
         }
+    }
+
+    /// The same table with reported first attempts limited to `per_sec`
+    /// per caller per scope (`--max-reported-requests-per-sec`).
+    pub fn with_reported_per_sec(mut self, per_sec: f64) -> Self {
+        self.reported = reported::Reported::new(per_sec);
+        self
+    }
+
+    /// The reported-requests limits.
+    pub fn reported(&self) -> &reported::Reported {
+        &self.reported
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -228,6 +251,35 @@ impl Budgets {
         );
     }
 
+    /// Records `n` first attempts reported by `caller` (ReportOutcomes, the
+    /// report's counts for this scope already summed): on each budget, at
+    /// most what the caller's bucket for that scope grants ([`reported`]).
+    pub fn deposit_reported(
+        &self,
+        rules: &[BudgetRule],
+        scope: ScopeOf<'_>,
+        n: u64,
+        caller: &str,
+        now: UnixMillis,
+        hash: &dyn Fn(&str) -> String,
+    ) {
+        if n == 0 {
+            return;
+        }
+        for rule in rules {
+            let Some(key) = scope.key(rule) else { continue };
+            let granted = self.reported.take(caller, &key, n, now);
+            if granted > 0 {
+                let mut t = self.lock();
+                let c = Counts {
+                    requests: granted,
+                    retries: 0,
+                };
+                self.record_one(&mut t, rule, key, scope, c, now, hash);
+            }
+        }
+    }
+
     /// Records one retry (a withdrawal) on every budget of the call's scopes.
     pub fn withdraw(&self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis, hash: &dyn Fn(&str) -> String) {
         self.record(
@@ -256,21 +308,35 @@ impl Budgets {
         let mut t = self.lock();
         for rule in rules {
             let Some(key) = scope.key(rule) else { continue };
-            if !self.shared && c.requests == 0 && !t.map.contains_key(&key) {
-                // One replica, a retry of a scope with no first attempt ever
-                // recorded: nothing to budget, nothing worth a table slot.
-                continue;
-            }
-            let e = self.entry(&mut t, key, rule, scope, hash);
-            let b = rule.bucket_of(now);
-            if c.requests > 0 {
-                e.seen_ms = e.seen_ms.max(now.0);
-            }
-            e.own.add(b, c);
-            if self.shared {
-                e.pending.add(b, c);
-                e.dirty = true;
-            }
+            self.record_one(&mut t, rule, key, scope, c, now, hash);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record_one(
+        &self,
+        t: &mut Table,
+        rule: &BudgetRule,
+        key: String,
+        scope: ScopeOf<'_>,
+        c: Counts,
+        now: UnixMillis,
+        hash: &dyn Fn(&str) -> String,
+    ) {
+        if !self.shared && c.requests == 0 && !t.map.contains_key(&key) {
+            // One replica, a retry of a scope with no first attempt ever
+            // recorded: nothing to budget, nothing worth a table slot.
+            return;
+        }
+        let e = self.entry(t, key, rule, scope, hash);
+        let b = rule.bucket_of(now);
+        if c.requests > 0 {
+            e.seen_ms = e.seen_ms.max(now.0);
+        }
+        e.own.add(b, c);
+        if self.shared {
+            e.pending.add(b, c);
+            e.dirty = true;
         }
     }
 

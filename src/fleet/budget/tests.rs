@@ -74,7 +74,10 @@ fn one_replica_counts_deposits_and_withdrawals() {
     // traffic); a failure judged keeps it so, and ten windows after it was
     // last active it is forgotten.
     let j = &b.judge(&rules, scope("p"), T0.plus_ms(11_000), &hash)[0];
-    assert_eq!((j.standing.requests, j.standing.retries, j.standing.allowed), (0, 0, 100));
+    assert_eq!(
+        (j.standing.requests, j.standing.retries, j.standing.allowed),
+        (0, 0, 100)
+    );
     assert!(!b.judge(&rules, scope("p"), T0.plus_ms(109_000), &hash).is_empty());
     assert!(b.judge(&rules, scope("p"), T0.plus_ms(220_000), &hash).is_empty());
 }
