@@ -53,6 +53,8 @@ pub struct FleetConfig {
     /// Reported first attempts per caller per budget scope per second
     /// (`--max-reported-requests-per-sec`).
     pub max_reported_per_sec: f64,
+    /// New budget scopes per caller per second (`--budget-scopes-per-sec-per-caller`).
+    pub budget_scopes_per_sec_per_caller: f64,
 }
 
 impl Default for FleetConfig {
@@ -64,6 +66,7 @@ impl Default for FleetConfig {
             max_budget_scopes: 50_000,
             budget_flush_every: Duration::from_millis(100),
             max_reported_per_sec: budget::DEFAULT_REPORTED_PER_SEC,
+            budget_scopes_per_sec_per_caller: budget::DEFAULT_SCOPES_PER_SEC_PER_CALLER,
         }
     }
 }
@@ -160,14 +163,17 @@ impl Fleet {
             .deposit_reported(rules, scope, n, caller, now, &|t| self.hash_tenant(t));
     }
 
-    /// Where the budgets of a call's scopes stand, the most constraining first.
+    /// Where the budgets of a call's scopes stand, the most constraining
+    /// first; `caller` (asked only for a new scope) is held to its new-scope rate.
     pub fn budget_judge(
         &self,
         rules: &[BudgetRule],
         scope: budget::ScopeOf<'_>,
         now: UnixMillis,
+        caller: &dyn Fn() -> String,
     ) -> Vec<budget::Judged> {
-        self.budgets.judge(rules, scope, now, &|t| self.hash_tenant(t))
+        self.budgets
+            .judge(rules, scope, now, Some(caller), &|t| self.hash_tenant(t))
     }
 
     /// Records one retry of a call's scopes on `rules`.

@@ -193,7 +193,10 @@ fn a_deferral_is_advice_not_a_withdrawal() {
         tenant: "",
     };
     let rules = super::decide::budget_rules(&run.policy, "t");
-    let before = run.fleet.budget_judge(rules, scope, T0).remove(0);
+    let before = run
+        .fleet
+        .budget_judge(rules, scope, T0, &|| "test".to_owned())
+        .remove(0);
     assert!(before.standing.exhausted);
     let live = run.retry(T0).expect("deferred");
     let again = super::decide::read_only(
@@ -243,4 +246,39 @@ fn one_report_cannot_switch_a_budget_off() {
     super::budgets::deposit_report(&run.policy, &run.fleet, "10.0.0.8", &report[..1], T0);
     super::budgets::deposit_report(&run.policy, &run.fleet, "10.0.0.9", &report[..3], T0.plus_ms(1_000));
     assert_eq!(run.listed(T0.plus_ms(1_000)).requests, requests + 100_000);
+}
+
+/// A scope flood cannot reset real scopes: a real scope with 1 000 first
+/// attempts keeps them through 120 reports × 1 000 unique dependency names
+/// from 50 addresses (over 0.4 s), at a table of 2 000 scopes: the flood's
+/// scopes are limited per caller, and at the cap those with the fewest
+/// first attempts go.
+#[test]
+fn a_scope_flood_cannot_reset_a_real_scope() {
+    let policy = policy("window = \"10s\"\nretry_percent = 20\nmin_retries_per_sec = 10");
+    let fleet = Fleet::in_memory(FleetConfig {
+        max_budget_scopes: 2_000,
+        ..FleetConfig::default()
+    });
+    super::budgets::deposit(&policy, &fleet, "t", "dep", "", 1_000, T0);
+    let names: Vec<String> = (0..120_000).map(|i| format!("flood-{i}.example")).collect();
+    for r in 0..120 {
+        let now = T0.plus_ms(r * 400 / 120);
+        let report: Vec<super::holds::OutcomeCount<'_>> = names[r as usize * 1_000..][..1_000]
+            .iter()
+            .map(|n| super::holds::OutcomeCount {
+                catalog: "t",
+                dependency: n,
+                requests: 5,
+                ..Default::default()
+            })
+            .collect();
+        super::budgets::deposit_report(&policy, &fleet, &format!("10.0.0.{}", r % 50), &report, now);
+    }
+    let b = fleet.budgets();
+    let real = b.list("t", "dep", 1, T0.plus_ms(400));
+    assert!(real[0].1.standing.requests >= 1_000, "{:?}", real[0].1.standing);
+    println!("scopes {}, evicted {}, refused {}", b.len(), b.evicted(), b.refused());
+    assert!(b.len() <= 2_000);
+    assert!(b.evicted() > 0 && b.refused() > 0);
 }

@@ -95,7 +95,9 @@ impl Standing for Live<'_> {
     }
 
     fn budget(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis) -> Option<Judged> {
-        self.fleet.budget_judge(rules, scope, now).into_iter().next()
+        let caller = self.caller;
+        let name = move || caller.name().into_owned();
+        self.fleet.budget_judge(rules, scope, now, &name).into_iter().next()
     }
 
     fn withdraw(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis) {

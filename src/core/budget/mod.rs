@@ -161,11 +161,13 @@ impl Counts {
     }
 }
 
-/// The counts of one scope, bucket by bucket: a ring of [`BUCKETS`] slots,
-/// each tagged with the bucket it holds (a stale slot reads as empty).
+/// The counts of one scope, bucket by bucket: the newest bucket held and
+/// one slot per bucket of its window (168 bytes; buckets older than the
+/// newest one's window read as empty and are dropped when added).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Window {
-    slots: [(i64, Counts); BUCKETS],
+    newest: i64,
+    slots: [Counts; BUCKETS],
 }
 
 impl Window {
@@ -173,42 +175,58 @@ impl Window {
         bucket.rem_euclid(BUCKETS as i64) as usize
     }
 
-    /// Adds `c` to `bucket` (a slot holding an older bucket is reset first;
-    /// a count for a bucket older than the slot's is dropped: it is out of
-    /// every window the slot can still serve).
+    /// Whether `bucket` is in the window of the newest bucket held.
+    fn holds(&self, bucket: i64) -> bool {
+        bucket <= self.newest && bucket > self.newest.saturating_sub(BUCKETS as i64)
+    }
+
+    /// Makes `bucket` the newest if it is newer, emptying the slots of the
+    /// buckets that left the window.
+    fn advance(&mut self, bucket: i64) {
+        if bucket > self.newest {
+            let stale = bucket.saturating_sub(self.newest).min(BUCKETS as i64);
+            for b in (bucket - stale + 1)..=bucket {
+                self.slots[Self::slot(b)] = Counts::default();
+            }
+            self.newest = bucket;
+        }
+    }
+
+    /// Adds `c` to `bucket` (a count for a bucket older than the newest
+    /// one's window is dropped: it is out of every window still served).
     pub fn add(&mut self, bucket: i64, c: Counts) {
-        let s = &mut self.slots[Self::slot(bucket)];
-        if s.0 < bucket {
-            *s = (bucket, c);
-        } else if s.0 == bucket {
-            s.1 = s.1.plus(c);
+        self.advance(bucket);
+        if self.holds(bucket) {
+            let s = &mut self.slots[Self::slot(bucket)];
+            *s = s.plus(c);
         }
     }
 
     /// Replaces `bucket`'s counts (a fleet total read back from Redis).
     pub fn set(&mut self, bucket: i64, c: Counts) {
-        let s = &mut self.slots[Self::slot(bucket)];
-        if s.0 <= bucket {
-            *s = (bucket, c);
+        self.advance(bucket);
+        if self.holds(bucket) {
+            self.slots[Self::slot(bucket)] = c;
         }
     }
 
     /// The counts of `bucket`, if held.
     pub fn get(&self, bucket: i64) -> Counts {
-        let s = &self.slots[Self::slot(bucket)];
-        if s.0 == bucket { s.1 } else { Counts::default() }
+        if self.holds(bucket) {
+            self.slots[Self::slot(bucket)]
+        } else {
+            Counts::default()
+        }
     }
 
     /// The totals over the window ending with `bucket`.
     pub fn total(&self, bucket: i64) -> Counts {
-        let first = bucket - (BUCKETS as i64 - 1);
-        self.slots
+        self.buckets(bucket)
             .iter()
-            .filter(|(b, _)| (first..=bucket).contains(b))
-            .fold(Counts::default(), |acc, (_, c)| acc.plus(*c))
+            .fold(Counts::default(), |acc, c| acc.plus(*c))
     }
 
-    /// The `(bucket, counts)` of the window ending with `bucket`, oldest first.
+    /// The counts of the window ending with `bucket`, oldest first.
     pub fn buckets(&self, bucket: i64) -> [Counts; BUCKETS] {
         let first = bucket - (BUCKETS as i64 - 1);
         std::array::from_fn(|i| self.get(first + i as i64))

@@ -18,22 +18,26 @@
 //! last known replica count instead: never "no budget", never "everything
 //! spent".
 //!
-//! Bounded: at most `max_scopes` scopes; at the cap the least recently
-//! used eighth is dropped at once (amortized O(log n) per insert), counted
-//! in [`BUDGET_SCOPES_EVICTED_TOTAL`]. Tenants appear only hashed (keyed)
-//! in what leaves the table: scope keys shown, logs, Redis keys.
+//! Bounded: at most `max_scopes` scopes, new ones limited per caller, the
+//! scopes with the fewest first attempts dropped first at the cap
+//! ([`table`]), counted in [`BUDGET_SCOPES_EVICTED_TOTAL`] and
+//! [`BUDGET_SCOPES_REFUSED_TOTAL`]. Tenants appear only hashed (keyed) in
+//! what leaves the table: scope keys shown, logs, Redis keys.
 
 pub mod flush;
 mod list;
 pub mod reported;
+mod table;
+
+pub use table::{BUDGET_SCOPES_REFUSED_TOTAL, DEFAULT_SCOPES_PER_SEC_PER_CALLER};
+use table::{Entry, Newcomer, Table};
 
 pub use list::utilization;
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-use crate::core::budget::{BUCKETS, BudgetRule, BudgetScope, Counts, SEEN_WINDOWS, Standing, Tally, Window, judge};
+use crate::core::budget::{BUCKETS, BudgetRule, BudgetScope, Counts, SEEN_WINDOWS, Standing, judge};
 use crate::core::hold::{HoldScope, storage_key};
 use crate::core::time::UnixMillis;
 
@@ -59,7 +63,11 @@ pub fn describe_metrics() {
     );
     metrics::describe_counter!(
         BUDGET_SCOPES_EVICTED_TOTAL,
-        "Budget scopes dropped at --max-budget-scopes (least recently used first)."
+        "Budget scopes dropped at --max-budget-scopes (fewest first attempts in the window first)."
+    );
+    metrics::describe_counter!(
+        BUDGET_SCOPES_REFUSED_TOTAL,
+        "New budget scopes not added: the caller over --budget-scopes-per-sec-per-caller, or a full table whose every scope has more first attempts."
     );
     metrics::describe_counter!(
         reported::REPORTED_REQUESTS_CLAMPED_TOTAL,
@@ -102,35 +110,6 @@ impl ScopeOf<'_> {
     }
 }
 
-/// One scope's counts.
-#[derive(Debug, Clone)]
-struct Entry {
-    rule: BudgetRule,
-    /// Shown instead of the storage key: `d:<catalog>:<dependency>` or
-    /// `t:<catalog>:<dependency>:h:<hex>`.
-    shown: String,
-    catalog: Box<str>,
-    dependency: Box<str>,
-    own: Window,
-    fleet: Window,
-    pending: Window,
-    inflight: Window,
-    /// Deferrals this replica gave (advice, withdrawn from nothing; they pace the next).
-    deferred: Tally,
-    /// When the scope was last active (ms; 0: no first attempt ever seen):
-    /// a first attempt recorded here or seen in the fleet totals, or a
-    /// failure judged against its budget. It stays budgeted
-    /// [`SEEN_WINDOWS`] windows on, so a scope that keeps failing after its
-    /// first attempts stopped keeps (the reserve of) its budget.
-    seen_ms: i64,
-    /// Counts not yet flushed.
-    dirty: bool,
-    /// The flush round it was last used in (its totals are read back
-    /// while it was used in the last [`READ_BACK_ROUNDS`] rounds).
-    touched: u64,
-    last_used: u64,
-}
-
 /// One scope judged for a decision.
 #[derive(Debug, Clone)]
 pub struct Judged {
@@ -160,16 +139,15 @@ pub struct Budgets {
     stale_after_ms: i64,
     fallback: AtomicBool,
     evicted: AtomicU64,
+    refused: AtomicU64,
     /// Reported first attempts per caller per scope.
     reported: reported::Reported,
+    /// New scopes per caller.
+    new_scopes: reported::RateTable,
 }
 
-#[derive(Debug, Default)]
-struct Table {
-    map: HashMap<String, Entry>,
-    tick: u64,
-    /// Flushes taken so far.
-    round: u64,
+fn scope_rate(per_sec: f64) -> reported::RateTable {
+    reported::RateTable::new(per_sec, per_sec * 2.0, table::MAX_SCOPE_CALLERS)
 }
 
 /// Default of `--max-reported-requests-per-sec`.
@@ -195,8 +173,32 @@ impl Budgets {
             stale_after_ms: i64::try_from(flush_every_ms.saturating_mul(5).max(1_000)).unwrap_or(i64::MAX),
             fallback: AtomicBool::new(false),
             evicted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             reported: reported::Reported::new(DEFAULT_REPORTED_PER_SEC),
+            new_scopes: scope_rate(DEFAULT_SCOPES_PER_SEC_PER_CALLER),
         }
+    }
+
+    /// The same table with at most `per_sec` new scopes per caller per
+    /// second, burst twice that (`--budget-scopes-per-sec-per-caller`).
+    pub fn with_scopes_per_sec_per_caller(mut self, per_sec: f64) -> Self {
+        self.new_scopes = scope_rate(per_sec);
+        self
+    }
+
+    /// New scopes not added so far (caller over its rate, or a full table).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Scopes held.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Whether no scope is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The same table with reported first attempts limited to `per_sec`
@@ -275,7 +277,12 @@ impl Budgets {
                     requests: granted,
                     retries: 0,
                 };
-                self.record_one(&mut t, rule, key, scope, c, now, hash);
+                let who = Newcomer {
+                    requests: granted,
+                    caller: Some(&|| caller.to_owned()),
+                    now,
+                };
+                self.record_one(&mut t, rule, key, scope, c, who, hash);
             }
         }
     }
@@ -306,9 +313,14 @@ impl Budgets {
             return;
         }
         let mut t = self.lock();
+        let who = Newcomer {
+            requests: c.requests,
+            caller: None,
+            now,
+        };
         for rule in rules {
             let Some(key) = scope.key(rule) else { continue };
-            self.record_one(&mut t, rule, key, scope, c, now, hash);
+            self.record_one(&mut t, rule, key, scope, c, who, hash);
         }
     }
 
@@ -320,7 +332,7 @@ impl Budgets {
         key: String,
         scope: ScopeOf<'_>,
         c: Counts,
-        now: UnixMillis,
+        who: Newcomer<'_>,
         hash: &dyn Fn(&str) -> String,
     ) {
         if !self.shared && c.requests == 0 && !t.map.contains_key(&key) {
@@ -328,7 +340,10 @@ impl Budgets {
             // recorded: nothing to budget, nothing worth a table slot.
             return;
         }
-        let e = self.entry(t, key, rule, scope, hash);
+        let now = who.now;
+        let Some(e) = self.entry(t, key, rule, scope, hash, who) else {
+            return;
+        };
         let b = rule.bucket_of(now);
         if c.requests > 0 {
             e.seen_ms = e.seen_ms.max(now.0);
@@ -348,6 +363,7 @@ impl Budgets {
         rules: &[BudgetRule],
         scope: ScopeOf<'_>,
         now: UnixMillis,
+        caller: Option<&dyn Fn() -> String>,
         hash: &dyn Fn(&str) -> String,
     ) -> Vec<Judged> {
         if rules.is_empty() || scope.dependency.is_empty() {
@@ -366,7 +382,14 @@ impl Budgets {
             }
             // Shared: a scope first seen here is added so the next flush
             // reads the fleet's totals for it.
-            let e = self.entry(&mut t, key, rule, scope, hash);
+            let who = Newcomer {
+                requests: 0,
+                caller,
+                now,
+            };
+            let Some(e) = self.entry(&mut t, key, rule, scope, hash, who) else {
+                continue;
+            };
             if let Some(standing) = stand(e, now, self.shared, fallback, k) {
                 // A failure judged keeps the scope budgeted.
                 e.seen_ms = e.seen_ms.max(now.0);
@@ -409,50 +432,6 @@ impl Budgets {
             }
         }
     }
-
-    /// The entry of `key`, created (and the least recently used dropped at the cap) if new.
-    fn entry<'t>(
-        &self,
-        t: &'t mut Table,
-        key: String,
-        rule: &BudgetRule,
-        scope: ScopeOf<'_>,
-        hash: &dyn Fn(&str) -> String,
-    ) -> &'t mut Entry {
-        t.tick += 1;
-        let (tick, round) = (t.tick, t.round);
-        if !t.map.contains_key(&key) && t.map.len() >= self.max_scopes {
-            let dropped = evict_eighth(&mut t.map);
-            self.evicted.fetch_add(dropped, Ordering::Relaxed);
-            metrics::counter!(BUDGET_SCOPES_EVICTED_TOTAL).increment(dropped);
-        }
-        let e = t.map.entry(key).or_insert_with(|| Entry {
-            rule: *rule,
-            shown: shown_key(rule.scope, scope, hash),
-            catalog: scope.catalog.into(),
-            dependency: scope.dependency.into(),
-            own: Window::default(),
-            fleet: Window::default(),
-            pending: Window::default(),
-            inflight: Window::default(),
-            deferred: Tally::default(),
-            seen_ms: 0,
-            dirty: false,
-            touched: 0,
-            last_used: tick,
-        });
-        if e.rule.window_ms != rule.window_ms {
-            // A reloaded policy changed the window: the old buckets mean nothing.
-            for w in [&mut e.own, &mut e.fleet, &mut e.pending, &mut e.inflight] {
-                w.clear();
-            }
-            e.deferred = Tally::default();
-        }
-        e.rule = *rule;
-        e.last_used = tick;
-        e.touched = round;
-        e
-    }
 }
 
 /// Where `e` stands at `now` (`None`: not budgeted), its deferrals included.
@@ -488,17 +467,6 @@ fn shown_key(scope_kind: BudgetScope, scope: ScopeOf<'_>, hash: &dyn Fn(&str) ->
         BudgetScope::Dependency => format!("d:{}:{}", scope.catalog, scope.dependency),
         BudgetScope::Tenant => format!("t:{}:{}:{}", scope.catalog, scope.dependency, hash(scope.tenant)),
     }
-}
-
-/// Drops the least recently used eighth of `map` (at least one); returns how many.
-fn evict_eighth(map: &mut HashMap<String, Entry>) -> u64 {
-    let n = (map.len() / 8).max(1);
-    let mut ages: Vec<u64> = map.values().map(|e| e.last_used).collect();
-    let (_, cutoff, _) = ages.select_nth_unstable(n - 1);
-    let cutoff = *cutoff;
-    let before = map.len();
-    map.retain(|_, e| e.last_used > cutoff);
-    (before - map.len()) as u64
 }
 
 #[cfg(test)]

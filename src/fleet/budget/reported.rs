@@ -31,12 +31,80 @@ struct Bucket {
     at: i64,
 }
 
+/// Token buckets per id (a caller, or a caller and a scope), at most `cap`
+/// of them. At the cap the full ones are dropped (idle long enough to have
+/// refilled: forgetting them changes nothing); if none is, a new id is
+/// granted nothing: a flood of ids makes limits stricter, never lifts one.
+#[derive(Debug)]
+pub struct RateTable {
+    per_sec: f64,
+    burst: f64,
+    cap: usize,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl RateTable {
+    /// `per_sec` per id with a burst of `burst`, at most `cap` ids.
+    pub fn new(per_sec: f64, burst: f64, cap: usize) -> Self {
+        let per_sec = if per_sec.is_finite() && per_sec > 0.0 {
+            per_sec
+        } else {
+            1.0
+        };
+        RateTable {
+            per_sec,
+            burst: burst.max(1.0),
+            cap: cap.max(1),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The rate per id.
+    pub fn per_sec(&self) -> f64 {
+        self.per_sec
+    }
+
+    /// Ids tracked.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no id is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bucket>> {
+        self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many of `n` the bucket of `id` grants now (spent from it).
+    pub fn grant(&self, id: &str, n: u64, now: UnixMillis) -> u64 {
+        let (rate, burst) = (self.per_sec, self.burst);
+        let refill = |b: &Bucket| (b.tokens + now.0.saturating_sub(b.at).max(0) as f64 / 1_000.0 * rate).min(burst);
+        let mut map = self.lock();
+        if !map.contains_key(id) && map.len() >= self.cap {
+            map.retain(|_, b| refill(b) < burst);
+            if map.len() >= self.cap {
+                return 0;
+            }
+        }
+        let b = map.entry(id.to_owned()).or_insert(Bucket {
+            tokens: burst,
+            at: now.0,
+        });
+        b.tokens = refill(b);
+        b.at = b.at.max(now.0);
+        let granted = (n as f64).min(b.tokens.floor()).max(0.0);
+        b.tokens -= granted;
+        granted as u64
+    }
+}
+
 /// The reported-requests buckets of one replica.
 #[derive(Debug)]
 pub struct Reported {
-    per_sec: f64,
-    burst: f64,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    table: RateTable,
     clamped: AtomicU64,
     warned_ms: AtomicI64,
 }
@@ -44,15 +112,8 @@ pub struct Reported {
 impl Reported {
     /// `per_sec` first attempts per caller per scope (burst: [`REPORT_INTERVAL_MS`] of it).
     pub fn new(per_sec: f64) -> Self {
-        let per_sec = if per_sec.is_finite() && per_sec > 0.0 {
-            per_sec
-        } else {
-            1.0
-        };
         Reported {
-            per_sec,
-            burst: (per_sec * REPORT_INTERVAL_MS as f64 / 1_000.0).max(1.0),
-            buckets: Mutex::new(HashMap::new()),
+            table: RateTable::new(per_sec, per_sec * REPORT_INTERVAL_MS as f64 / 1_000.0, MAX_REPORTERS),
             clamped: AtomicU64::new(0),
             warned_ms: AtomicI64::new(i64::MIN / 2),
         }
@@ -63,18 +124,14 @@ impl Reported {
         self.clamped.load(Ordering::Relaxed)
     }
 
-    /// Buckets tracked.
+    /// (caller, scope) pairs tracked.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.table.len()
     }
 
-    /// Whether no bucket is tracked.
+    /// Whether no pair is tracked.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bucket>> {
-        self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.table.is_empty()
     }
 
     /// How many of `n` reported first attempts of `caller` on the scope
@@ -83,52 +140,36 @@ impl Reported {
         if n == 0 {
             return 0;
         }
-        let granted = self.grant(caller, key, n, now);
-        let cut = n - granted;
-        if cut > 0 {
-            let _ = self
-                .clamped
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c.saturating_add(cut)));
-            metrics::counter!(REPORTED_REQUESTS_CLAMPED_TOTAL).increment(cut);
-            let last = self.warned_ms.load(Ordering::Relaxed);
-            if now.0.saturating_sub(last) >= WARN_EVERY_MS
-                && self
-                    .warned_ms
-                    .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
-                tracing::warn!(
-                    caller,
-                    reported = n,
-                    deposited = granted,
-                    limit_per_sec = self.per_sec,
-                    "ReportOutcomes: reported first attempts over --max-reported-requests-per-sec for one scope were cut (retryd_reported_requests_clamped_total)"
-                );
-            }
-        }
+        let granted = self.table.grant(&format!("{caller}\u{0}{key}"), n, now);
+        self.cut(caller, n, granted, now);
         granted
     }
 
-    fn grant(&self, caller: &str, key: &str, n: u64, now: UnixMillis) -> u64 {
-        let (rate, burst) = (self.per_sec, self.burst);
-        let refill = |b: &Bucket| (b.tokens + now.0.saturating_sub(b.at).max(0) as f64 / 1_000.0 * rate).min(burst);
-        let mut map = self.lock();
-        let id = format!("{caller}\u{0}{key}");
-        if !map.contains_key(&id) && map.len() >= MAX_REPORTERS {
-            map.retain(|_, b| refill(b) < burst);
-            if map.len() >= MAX_REPORTERS {
-                return 0;
-            }
+    /// Counts (and warns about, at most every 10 s) `n - granted` cut.
+    pub fn cut(&self, caller: &str, n: u64, granted: u64, now: UnixMillis) {
+        let cut = n.saturating_sub(granted);
+        if cut == 0 {
+            return;
         }
-        let b = map.entry(id).or_insert(Bucket {
-            tokens: burst,
-            at: now.0,
-        });
-        b.tokens = refill(b);
-        b.at = b.at.max(now.0);
-        let granted = (n as f64).min(b.tokens.floor()).max(0.0);
-        b.tokens -= granted;
-        granted as u64
+        let _ = self
+            .clamped
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c.saturating_add(cut)));
+        metrics::counter!(REPORTED_REQUESTS_CLAMPED_TOTAL).increment(cut);
+        let last = self.warned_ms.load(Ordering::Relaxed);
+        if now.0.saturating_sub(last) >= WARN_EVERY_MS
+            && self
+                .warned_ms
+                .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                caller,
+                reported = n,
+                deposited = granted,
+                limit_per_sec = self.table.per_sec(),
+                "ReportOutcomes: reported first attempts over --max-reported-requests-per-sec for one scope were cut (retryd_reported_requests_clamped_total)"
+            );
+        }
     }
 }
 
