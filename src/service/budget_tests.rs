@@ -230,7 +230,7 @@ fn one_report_cannot_switch_a_budget_off() {
         ..Default::default()
     };
     let report = vec![entry; 1_000];
-    super::budgets::deposit_report(&run.policy, &run.fleet, "10.0.0.9", &report, T0);
+    super::reports::deposit_report(&run.policy, &run.fleet, "10.0.0.9", &report, T0);
     let requests = run.listed(T0).requests;
     assert!(requests - 100 <= 50_000, "requests rose by {}", requests - 100);
     assert_eq!(
@@ -243,8 +243,8 @@ fn one_report_cannot_switch_a_budget_off() {
     assert!(approved <= 10_626, "{approved} approved");
     // Another caller has its own bucket; the same caller a second later gets
     // one second's worth more, no more.
-    super::budgets::deposit_report(&run.policy, &run.fleet, "10.0.0.8", &report[..1], T0);
-    super::budgets::deposit_report(&run.policy, &run.fleet, "10.0.0.9", &report[..3], T0.plus_ms(1_000));
+    super::reports::deposit_report(&run.policy, &run.fleet, "10.0.0.8", &report[..1], T0);
+    super::reports::deposit_report(&run.policy, &run.fleet, "10.0.0.9", &report[..3], T0.plus_ms(1_000));
     assert_eq!(run.listed(T0.plus_ms(1_000)).requests, requests + 100_000);
 }
 
@@ -273,7 +273,7 @@ fn a_scope_flood_cannot_reset_a_real_scope() {
                 ..Default::default()
             })
             .collect();
-        super::budgets::deposit_report(&policy, &fleet, &format!("10.0.0.{}", r % 50), &report, now);
+        super::reports::deposit_report(&policy, &fleet, &format!("10.0.0.{}", r % 50), &report, now);
     }
     let b = fleet.budgets();
     let real = b.list("t", "dep", 1, T0.plus_ms(400));

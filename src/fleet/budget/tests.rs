@@ -3,7 +3,7 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 
 use super::*;
-use crate::core::budget::Window;
+use crate::core::budget::{BUCKETS, Window};
 use crate::fleet::store::{FlushReply, ScopeFlush};
 
 fn finagle() -> BudgetRule {
