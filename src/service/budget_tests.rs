@@ -134,6 +134,7 @@ fn a_batch_that_only_retries_does_not_escape_its_budget() {
         "deferrals withdraw nothing"
     );
     let later = run.returns(deferred, T0.plus_ms(30_000));
+    println!("escape: 10 approved at once, {later} more when the 90 returned (30 s)");
     assert!(10 + later <= 11, "{} approved in all", 10 + later);
 }
 
@@ -176,6 +177,7 @@ fn interleaved_traffic_gets_its_share_and_no_more() {
     let immediate = 1_000 - deferred.len() as u64;
     assert!((95..=105).contains(&immediate), "{immediate} approved at once");
     let later = run.returns(deferred, T0.plus_ms(200_000));
+    println!("interleaved: {immediate} approved at once, {later} more as deferred retries returned (200 s)");
     assert!(immediate + later <= 105, "{immediate} + {later} approved over the run");
 }
 
