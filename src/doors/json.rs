@@ -103,7 +103,7 @@ pub struct BudgetJson<'b> {
     pub scope_key: &'b str,
     /// First attempts in the window.
     pub requests: u64,
-    /// Retries in the window, this decision's included.
+    /// Approved retries in the window, this decision's included if approved.
     pub retries: u64,
     /// Retries the budget allows in the window.
     pub allowed: u64,

@@ -788,7 +788,8 @@ type RetryBudget struct {
 	// First attempts recorded in the window (Admit with attempt <= 1, or
 	// ReportOutcomes requests).
 	Requests uint64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
-	// Retries in the window (Classify answers retry_with_limit).
+	// Approved retries in the window (Classify answers retry_with_limit that
+	// the budget let go; a deferred answer withdraws nothing).
 	Retries uint64 `protobuf:"varint,3,opt,name=retries,proto3" json:"retries,omitempty"`
 	// Retries the budget allows in the window: retry_percent of requests (of
 	// the allowance, for an allowance budget) plus the floor

@@ -248,7 +248,7 @@ impl Window {
 pub struct Standing {
     /// First attempts in the window.
     pub requests: u64,
-    /// Retries in the window.
+    /// Approved retries in the window (withdrawals).
     pub retries: u64,
     /// Retries the budget allows in the window.
     pub allowed: u64,
@@ -270,7 +270,7 @@ pub struct BudgetView {
     pub scope_key: String,
     /// First attempts in the window.
     pub requests: u64,
-    /// Retries in the window, this decision's included.
+    /// Approved retries in the window, this decision's included if approved.
     pub retries: u64,
     /// Retries allowed in the window.
     pub allowed: u64,

@@ -127,6 +127,7 @@ fn shared_counts_add_the_fleet_totals_and_fall_back_to_scaled_local_counts() {
     redis.flush(&a, T0);
     let j = &a.judge(&rules, scope("p"), T0, None, &hash)[0];
     assert_eq!(j.standing.requests, 1_000, "fleet totals");
+    assert_eq!(j.replicas, 3, "deferrals paced over the replicas the heartbeats count");
     a.withdraw(&rules, scope("p"), T0, &hash);
     assert_eq!(
         a.judge(&rules, scope("p"), T0, None, &hash)[0].standing.retries,
