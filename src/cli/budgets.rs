@@ -97,12 +97,14 @@ fn render(s: &pb::BudgetStanding, format: &str) -> String {
             "retries": b.retries,
             "allowed": b.allowed,
             "window_start": start,
+            "deferred": b.deferred,
+            "next_room_at": b.next_room_at.as_ref().map(|t| millis_from_timestamp(t).to_rfc3339()),
         })
         .to_string();
     }
     let pct = b.retries.saturating_mul(100).checked_div(b.allowed).unwrap_or(0);
     format!(
-        "{} retries {}/{} allowed ({pct} %) requests {} since {start} budget {}",
-        b.scope_key, b.retries, b.allowed, b.requests, s.rule
+        "{} retries {}/{} allowed ({pct} %) requests {} deferred {} since {start} budget {}",
+        b.scope_key, b.retries, b.allowed, b.requests, b.deferred, s.rule
     )
 }

@@ -111,12 +111,16 @@ pub struct BudgetJson<'b> {
     pub scope_key: &'b str,
     /// First attempts in the window.
     pub requests: u64,
-    /// Retries in the window, this decision's included.
+    /// Approved retries in the window, this decision's included if approved.
     pub retries: u64,
     /// Retries the budget allows in the window.
     pub allowed: u64,
     /// When the window starts.
     pub window_start: UnixMillis,
+    /// Deferrals given in the window (this replica's), this decision's included.
+    pub deferred: u64,
+    /// When the next retry would be approved at the current rates.
+    pub next_room_at: UnixMillis,
 }
 
 impl<'b> From<&'b BudgetView> for BudgetJson<'b> {
@@ -127,6 +131,8 @@ impl<'b> From<&'b BudgetView> for BudgetJson<'b> {
             retries: v.retries,
             allowed: v.allowed,
             window_start: v.window_start,
+            deferred: v.deferred,
+            next_room_at: v.next_room_at,
         }
     }
 }

@@ -53,6 +53,11 @@ pub struct FleetConfig {
     pub max_budget_scopes: usize,
     /// How often budget counts are flushed to a shared store (`--budget-flush-ms`).
     pub budget_flush_every: Duration,
+    /// Reported first attempts per caller per budget scope per second
+    /// (`--max-reported-requests-per-sec`).
+    pub max_reported_per_sec: f64,
+    /// New budget scopes per caller per second (`--budget-scopes-per-sec-per-caller`).
+    pub budget_scopes_per_sec_per_caller: f64,
 }
 
 impl Default for FleetConfig {
@@ -63,6 +68,8 @@ impl Default for FleetConfig {
             tenant_hash_key: Vec::new(),
             max_budget_scopes: 50_000,
             budget_flush_every: Duration::from_millis(100),
+            max_reported_per_sec: budget::DEFAULT_REPORTED_PER_SEC,
+            budget_scopes_per_sec_per_caller: budget::DEFAULT_SCOPES_PER_SEC_PER_CALLER,
         }
     }
 }
@@ -125,11 +132,14 @@ impl Fleet {
         Arc::clone(&store).start(Arc::clone(&mirror));
         let every = config.budget_flush_every.max(Duration::from_millis(1));
         let shared = store.shares_budgets();
-        let budgets = Arc::new(budget::Budgets::new(
-            config.max_budget_scopes,
-            shared,
-            u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
-        ));
+        let budgets = Arc::new(
+            budget::Budgets::new(
+                config.max_budget_scopes,
+                shared,
+                u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            )
+            .with_reported_per_sec(config.max_reported_per_sec),
+        );
         if tokio::runtime::Handle::try_current().is_ok() {
             if shared {
                 budget::flush::spawn(Arc::downgrade(&budgets), Arc::downgrade(&store), every);
@@ -163,14 +173,31 @@ impl Fleet {
         self.budgets.deposit(rules, scope, n, now, &|t| self.hash_tenant(t));
     }
 
-    /// Where the budgets of a call's scopes stand, the most constraining first.
+    /// Records `n` first attempts reported by `caller` (one report's count
+    /// for the scope), limited per caller per scope.
+    pub fn budget_deposit_reported(
+        &self,
+        rules: &[BudgetRule],
+        scope: budget::ScopeOf<'_>,
+        n: u64,
+        caller: &str,
+        now: UnixMillis,
+    ) {
+        self.budgets
+            .deposit_reported(rules, scope, n, caller, now, &|t| self.hash_tenant(t));
+    }
+
+    /// Where the budgets of a call's scopes stand, the most constraining
+    /// first; `caller` (asked only for a new scope) is held to its new-scope rate.
     pub fn budget_judge(
         &self,
         rules: &[BudgetRule],
         scope: budget::ScopeOf<'_>,
         now: UnixMillis,
+        caller: &dyn Fn() -> String,
     ) -> Vec<budget::Judged> {
-        self.budgets.judge(rules, scope, now, &|t| self.hash_tenant(t))
+        self.budgets
+            .judge(rules, scope, now, Some(caller), &|t| self.hash_tenant(t))
     }
 
     /// Records one retry of a call's scopes on `rules`.

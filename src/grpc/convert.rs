@@ -461,6 +461,8 @@ pub fn budget_view_to_proto(v: &BudgetView) -> pb::RetryBudget {
         retries: v.retries,
         allowed: v.allowed,
         window_start: Some(timestamp_from_millis(v.window_start)),
+        deferred: v.deferred,
+        next_room_at: Some(timestamp_from_millis(v.next_room_at)),
     }
 }
 
@@ -472,6 +474,8 @@ pub fn judged_to_proto(j: &Judged) -> pb::RetryBudget {
         retries: j.standing.retries,
         allowed: j.standing.allowed,
         window_start: Some(timestamp_from_millis(j.standing.window_start)),
+        deferred: j.standing.deferred,
+        next_room_at: Some(timestamp_from_millis(j.standing.room_at)),
     }
 }
 

@@ -263,9 +263,17 @@ impl RetryDecisionService for RetryDecisionApi {
                 requests: c.requests,
             })
             .collect();
+        let metadata = request.metadata().as_ref();
+        let extensions = request.extensions();
+        let caller_name = || self.operators.caller_of(metadata, extensions);
         let probe = self
             .service
-            .report_outcomes(&counts, &req.probe_token, req.probe_succeeded)
+            .report_outcomes(
+                Caller::Lazy(&caller_name),
+                &counts,
+                &req.probe_token,
+                req.probe_succeeded,
+            )
             .await
             .map_err(status_of)?;
         Ok(Response::new(pb::ReportOutcomesResponse {
@@ -288,6 +296,8 @@ impl RetryDecisionService for RetryDecisionApi {
                 catalog: b.catalog,
                 scope: b.judged.rule.scope.as_str().to_owned(),
                 rule: b.judged.rule.describe(),
+                deferred: b.judged.standing.deferred,
+                next_room_at: Some(timestamp_from_millis(b.judged.standing.room_at)),
                 budget: Some(judged_to_proto(&b.judged)),
             })
             .collect();

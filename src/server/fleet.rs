@@ -47,7 +47,8 @@ pub struct FleetArgs {
     #[arg(long, env = "RETRYD_TENANT_HASH_KEY_FILE", value_name = "PATH")]
     pub tenant_hash_key_file: Option<PathBuf>,
     /// Most retry-budget scopes counted (dependency and tenant scopes
-    /// together, about 1 KiB each); over it the least recently used are dropped.
+    /// together, under 1 KiB each); over it those with the fewest first
+    /// attempts in their window are dropped first.
     #[arg(long, env = "RETRYD_MAX_BUDGET_SCOPES", default_value_t = 50_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_budget_scopes: u32,
     /// With --state redis: how often each replica flushes its budget counts
@@ -62,6 +63,17 @@ pub struct FleetArgs {
     /// Most WatchHolds streams open in all.
     #[arg(long, env = "RETRYD_MAX_WATCH_STREAMS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_watch_streams: u32,
+    /// First attempts one caller may report (ReportOutcomes) per budget
+    /// scope per second; the burst is one second's worth. What is over it
+    /// is cut and counted (retryd_reported_requests_clamped_total). Admit's
+    /// deposits are not limited (each is one real call).
+    #[arg(long, env = "RETRYD_MAX_REPORTED_REQUESTS_PER_SEC", default_value_t = 50_000.0)]
+    pub max_reported_requests_per_sec: f64,
+    /// New retry-budget scopes one caller (Classify, ReportOutcomes) may add
+    /// per second (burst twice that); over it the scope is not budgeted for
+    /// that call (retryd_budget_scopes_refused_total).
+    #[arg(long, env = "RETRYD_BUDGET_SCOPES_PER_SEC_PER_CALLER", default_value_t = 100.0)]
+    pub budget_scopes_per_sec_per_caller: f64,
 }
 
 /// An address (a /32 or /128) or a CIDR.
@@ -81,6 +93,11 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
     for (flag, rate) in [
         ("--hold-placements-per-sec", args.hold_placements_per_sec),
         ("--dependency-holds-per-sec", args.dependency_holds_per_sec),
+        ("--max-reported-requests-per-sec", args.max_reported_requests_per_sec),
+        (
+            "--budget-scopes-per-sec-per-caller",
+            args.budget_scopes_per_sec_per_caller,
+        ),
     ] {
         if !(rate.is_finite() && rate > 0.0) {
             return Err(format!("{flag}: must be a positive number, not {rate}"));
@@ -125,6 +142,8 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
         tenant_hash_key,
         max_budget_scopes: args.max_budget_scopes as usize,
         budget_flush_every: std::time::Duration::from_millis(args.budget_flush_ms),
+        max_reported_per_sec: args.max_reported_requests_per_sec,
+        budget_scopes_per_sec_per_caller: args.budget_scopes_per_sec_per_caller,
     };
     let state = args.state.trim();
     let fleet = if state == "memory" {

@@ -8,7 +8,9 @@
 //! 4. the hold in force on the failure's scope (the one ending last, the
 //!    decision's own included) floors a retry's wait;
 //! 5. the scope's retry budget judges what is still a retry: a spent budget
-//!    defers it, and an approved retry is withdrawn from the budget.
+//!    defers it, paced at the budget's rate (a deferral withdraws nothing:
+//!    the retry is judged again when it returns), and an approved retry is
+//!    withdrawn from the budget.
 //!
 //! What the decision meets in steps 2–5 is a [`Standing`]: the live fleet
 //! memory ([`Live`], which places and withdraws), no fleet memory at all
@@ -17,13 +19,13 @@
 //! `retryd replay`, policy tests and diffs all call [`decide`] below, so the
 //! decision they report is the live one by construction.
 
-use crate::core::budget::{BudgetRule, BudgetView};
+use crate::core::budget::BudgetRule;
 use crate::core::hold::{self, Hold, HoldPlan};
-use crate::core::warnings::BudgetNote;
-use crate::core::{DecideError, Decision, Failure, Floor, Policy, Strategy, UnixMillis, Verdict, Warning};
-use crate::fleet::budget::{BUDGET_EXHAUSTED_TOTAL, Judged, ScopeOf};
+use crate::core::{DecideError, Decision, Failure, Policy, UnixMillis, Warning};
+use crate::fleet::budget::{Judged, ScopeOf};
 use crate::fleet::{Fleet, PlaceOutcome};
 
+pub use super::budget_step::{Budgeting, budget_rules};
 use super::caller::Caller;
 
 /// What the door noticed about the input that the core cannot see.
@@ -48,7 +50,7 @@ pub struct Decided<'a> {
 }
 
 /// The fleet state a decision meets (steps 2–5 of the module docs).
-pub trait Standing {
+pub trait Standing: Budgeting {
     /// Whether there is any fleet state at all; without it the core's
     /// decision is the answer.
     fn remembers(&self) -> bool {
@@ -61,10 +63,6 @@ pub trait Standing {
     fn place(&mut self, plan: &HoldPlan<'_>, now: UnixMillis) -> bool;
     /// The hold in force on the failure's scopes that ends last.
     fn in_force(&mut self, catalog: &str, failure: &Failure<'_>, now: UnixMillis) -> Option<Hold>;
-    /// The most constraining budget of the scope (`None`: not budgeted).
-    fn budget(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis) -> Option<Judged>;
-    /// An approved retry's withdrawal.
-    fn withdraw(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis);
 }
 
 /// The live fleet memory: places holds and withdraws retries.
@@ -90,13 +88,21 @@ impl Standing for Live<'_> {
     fn in_force(&mut self, catalog: &str, f: &Failure<'_>, now: UnixMillis) -> Option<Hold> {
         self.fleet.in_force(catalog, f.dependency, f.tenant, f.method, now)
     }
+}
 
+impl Budgeting for Live<'_> {
     fn budget(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis) -> Option<Judged> {
-        self.fleet.budget_judge(rules, scope, now).into_iter().next()
+        let caller = self.caller;
+        let name = move || caller.name().into_owned();
+        self.fleet.budget_judge(rules, scope, now, &name).into_iter().next()
     }
 
     fn withdraw(&mut self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis) {
         self.fleet.budget_withdraw(rules, scope, now);
+    }
+
+    fn defer(&mut self, rule: &BudgetRule, scope: ScopeOf<'_>, now: UnixMillis) {
+        self.fleet.budgets().defer(rule, scope, now);
     }
 }
 
@@ -116,10 +122,14 @@ impl Standing for Alone {
     fn in_force(&mut self, _: &str, _: &Failure<'_>, _: UnixMillis) -> Option<Hold> {
         None
     }
+}
+
+impl Budgeting for Alone {
     fn budget(&mut self, _: &[BudgetRule], _: ScopeOf<'_>, _: UnixMillis) -> Option<Judged> {
         None
     }
     fn withdraw(&mut self, _: &[BudgetRule], _: ScopeOf<'_>, _: UnixMillis) {}
+    fn defer(&mut self, _: &BudgetRule, _: ScopeOf<'_>, _: UnixMillis) {}
 }
 
 /// A standing given as data, read-only: the holds in force on the scope and
@@ -178,12 +188,15 @@ impl Standing for Given<'_> {
     fn in_force(&mut self, _: &str, _: &Failure<'_>, now: UnixMillis) -> Option<Hold> {
         hold::ending_last(self.holds.iter().chain(self.placed.as_ref()), now).cloned()
     }
+}
 
+impl Budgeting for Given<'_> {
     fn budget(&mut self, _: &[BudgetRule], _: ScopeOf<'_>, _: UnixMillis) -> Option<Judged> {
         self.budget.cloned()
     }
 
     fn withdraw(&mut self, _: &[BudgetRule], _: ScopeOf<'_>, _: UnixMillis) {}
+    fn defer(&mut self, _: &BudgetRule, _: ScopeOf<'_>, _: UnixMillis) {}
 }
 
 /// Decides `f` at `now` against `standing`: the one decision path (see the
@@ -215,7 +228,7 @@ pub fn decide<'a>(
     if let Some(floor) = hold_floor {
         d = crate::core::decide_held(policy, f, now, Some(floor))?;
     }
-    let (mut d, budget) = judge_budget(policy, standing, f, d, hold_floor, now)?;
+    let (mut d, budget) = super::budget_step::judge_budget(policy, standing, f, d, hold_floor, now)?;
     if rate_limited {
         d.warnings.add(Warning::HoldRateLimited);
     }
@@ -239,82 +252,12 @@ pub fn read_only<'a>(
     decide(policy, f, InputNotes::default(), now, &mut given)
 }
 
-/// The budget rules of `catalog` (none for an unknown one).
-pub fn budget_rules<'p>(policy: &'p Policy, catalog: &str) -> &'p [BudgetRule] {
-    policy.catalog(catalog).map_or(&[], |c| &c.budgets)
-}
-
-/// Step 5: judges the retry `d` (already decided with the hold floor
-/// `hold_floor`, if any) against the budgets of its scopes. Only a
-/// `retry_with_limit` answer is judged: a verification, a stop or an
-/// applied effect is no retry, so a budget never changes it (nor makes an
-/// unsafe retry look safe). A spent budget defers the retry through the
-/// engine, like a hold: the verdict stays, `after_ms` reaches the time the
-/// window has room (past the deadline: `do_not_retry` by the deadline
-/// rule). A retry still answered `retry_with_limit` is then withdrawn.
-fn judge_budget<'a>(
-    policy: &'a Policy,
-    standing: &mut impl Standing,
-    f: &Failure<'a>,
-    d: Decision<'a>,
-    hold_floor: Option<UnixMillis>,
-    now: UnixMillis,
-) -> Result<(Decision<'a>, Option<Judged>), DecideError> {
-    let rules = budget_rules(policy, d.catalog);
-    if rules.is_empty() || d.verdict != Verdict::RetryWithLimit || f.dependency.is_empty() {
-        return Ok((d, None));
-    }
-    let scope = ScopeOf {
-        catalog: d.catalog,
-        dependency: f.dependency,
-        tenant: f.tenant,
-    };
-    let judged = standing.budget(rules, scope, now);
-    let mut d = d;
-    if let Some(j) = judged.as_ref().filter(|j| j.standing.exhausted) {
-        let room = j.standing.room_at;
-        let floor = match hold_floor {
-            Some(h) if h >= room => Floor {
-                until: h,
-                strategy: Strategy::Hold,
-            },
-            _ => Floor {
-                until: room,
-                strategy: Strategy::Budget,
-            },
-        };
-        let warnings = d.warnings;
-        d = crate::core::decide_floored(policy, f, now, Some(floor))?;
-        for w in warnings.iter() {
-            d.warnings.add(w);
-        }
-        d.warnings.add_budget_exhausted(BudgetNote {
-            retries: j.standing.retries,
-            requests: j.standing.requests,
-            rule: j.rule,
-        });
-        metrics::counter!(BUDGET_EXHAUSTED_TOTAL, "catalog" => d.catalog.to_owned()).increment(1);
-    }
-    let retried = d.verdict == Verdict::RetryWithLimit;
-    if retried {
-        standing.withdraw(rules, scope, now);
-    }
-    d.budget = judged.as_ref().map(|j| BudgetView {
-        scope_key: j.shown.clone(),
-        requests: j.standing.requests,
-        retries: j.standing.retries.saturating_add(u64::from(retried)),
-        allowed: j.standing.allowed,
-        window_start: j.standing.window_start,
-    });
-    Ok((d, judged))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::budget::Standing as BudgetStanding;
     use crate::core::hold::{HoldKey, HoldKind, HoldScope};
-    use crate::core::{Operation, Policy};
+    use crate::core::{Operation, Policy, Strategy, Verdict};
     use crate::fleet::FleetConfig;
 
     const NOW: UnixMillis = UnixMillis(1_786_190_700_000);
@@ -380,13 +323,24 @@ mod tests {
                 window_start: NOW,
                 exhausted: true,
                 room_at: NOW.plus_ms(7_000),
+                deferred: 0,
             },
+            replicas: 1,
         };
         let mut given = Given::new(&[], Some(&spent));
         let d = decide(&policy, &f, InputNotes::default(), NOW, &mut given).expect("decided");
         assert_eq!(d.decision.verdict, Verdict::RetryWithLimit);
         assert_eq!(d.decision.retry.strategy, Strategy::Budget);
-        assert!(d.decision.retry.after_ms >= 7_000, "{:?}", d.decision.retry);
+        // Paced: the first deferral of a window allowing 2 waits window / 2
+        // ±20 %, or, past the code's cap, somewhere in the cap's last half.
+        let (pace, cap) = (rule.window_ms / 2, code.max_delay_ms);
+        let after = d.decision.retry.after_ms;
+        let expected = if pace * 12 / 10 <= cap {
+            pace * 8 / 10..=pace * 12 / 10
+        } else {
+            cap / 2..=cap
+        };
+        assert!(expected.contains(&after), "{after} not in {expected:?}");
         assert!(d.decision.warnings.iter().any(|w| w == Warning::BudgetExhausted));
         assert_eq!(d.budget.as_ref().map(|j| j.standing.retries), Some(10));
     }

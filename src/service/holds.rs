@@ -4,8 +4,10 @@
 
 use super::Service;
 use super::budgets::deposit;
+use super::caller::Caller;
 use super::error::{Error, ErrorKind, Violation, check_len};
-use crate::core::hold::Hold;
+use super::reports::deposit_report;
+use crate::core::hold::{Hold, parse_probe_token};
 use crate::core::{Policy, UnixMillis, limits};
 use crate::fleet::{AdmitOutcome, Fleet, MalformedToken, matches};
 
@@ -163,6 +165,7 @@ impl Service {
     /// probe's result; the hold it names is returned.
     pub async fn report_outcomes(
         &self,
+        caller: Caller<'_>,
         counts: &[OutcomeCount<'_>],
         probe_token: &str,
         probe_succeeded: bool,
@@ -180,16 +183,17 @@ impl Service {
             check_scope_fields(c.dependency, c.tenant, c.method, &format!("counts[{i}]."))?;
         }
         check_len("probe_token", probe_token, MAX_ID)?;
-        let requests: u64 = counts.iter().map(|c| c.requests.min(MAX_COUNT_PER_REPORT)).sum();
-        metrics::counter!(OUTCOME_REQUESTS_TOTAL).increment(requests);
-        // First attempts of callers that do not use Admit: the budgets' deposits
-        // (a caller using Admit must not report them again).
-        let now = UnixMillis::now();
-        for c in counts {
-            let catalog = resolve_catalog(&policy, c.catalog, "counts")?;
-            let n = c.requests.min(MAX_COUNT_PER_REPORT);
-            deposit(&policy, fleet, catalog, c.dependency, c.tenant, n, now);
+        if !probe_token.is_empty() && parse_probe_token(probe_token).is_none() {
+            return Err(Error::invalid("probe_token", MalformedToken.to_string()));
         }
+        let requests = counts
+            .iter()
+            .fold(0u64, |a, c| a.saturating_add(c.requests.min(MAX_COUNT_PER_REPORT)));
+        metrics::counter!(OUTCOME_REQUESTS_TOTAL).increment(requests);
+        // First attempts of callers that do not use Admit: the budgets'
+        // deposits (a caller using Admit must not report them again), summed
+        // per scope and limited per caller.
+        deposit_report(&policy, fleet, &caller.name(), counts, UnixMillis::now());
         if probe_token.is_empty() {
             return Ok(ProbeAnswer::default());
         }

@@ -9,11 +9,13 @@
 //! - [`classify`]: Classify and ClassifyBatch (validation, metrics, the
 //!   decision hook);
 //! - [`holds`]: Admit, ReportOutcomes, ListHolds, ReleaseHold, WatchHolds;
-//! - [`budgets`]: deposits and ListBudgets; [`catalogs`]: ListCatalogs;
+//! - [`budgets`]: deposits and ListBudgets; [`reports`]: ReportOutcomes
+//!   deposits, limited per caller; [`catalogs`]: ListCatalogs;
 //! - [`observe`]: the hook the shadow policy and the decision log hang on;
 //!   [`outcome`] and [`record`]: how they compare and log a decision;
 //! - [`error`]: refusals in words both doors map; [`caller`]: who places a hold.
 
+pub mod budget_step;
 pub mod budgets;
 pub mod caller;
 pub mod catalogs;
@@ -24,7 +26,11 @@ pub mod holds;
 pub mod observe;
 pub mod outcome;
 pub mod record;
+pub mod reports;
 pub mod watch;
+
+#[cfg(test)]
+mod budget_tests;
 
 use std::sync::Arc;
 

@@ -77,6 +77,12 @@ pub struct LoggedBudget {
     pub exhausted: bool,
     /// When the window has room again, Unix ms.
     pub room_at_ms: i64,
+    /// Deferrals this replica had given in the window (paces a deferral).
+    #[serde(default)]
+    pub deferred: u64,
+    /// Replicas judging the scope (paces a deferral; 0 in older logs: 1).
+    #[serde(default)]
+    pub replicas: u64,
 }
 
 impl LoggedBudget {
@@ -95,6 +101,8 @@ impl LoggedBudget {
             window_start_ms: j.standing.window_start.0,
             exhausted: j.standing.exhausted,
             room_at_ms: j.standing.room_at.0,
+            deferred: j.standing.deferred,
+            replicas: j.replicas,
         }
     }
 
@@ -116,7 +124,9 @@ impl LoggedBudget {
                 window_start: UnixMillis(self.window_start_ms),
                 exhausted: self.exhausted,
                 room_at: UnixMillis(self.room_at_ms),
+                deferred: self.deferred,
             },
+            replicas: self.replicas.max(1),
         }
     }
 }

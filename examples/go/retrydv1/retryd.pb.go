@@ -695,7 +695,12 @@ type BudgetStanding struct {
 	// The budget in people's words, e.g. "20 % + 10/s over 10 s".
 	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
 	// The counts of its window.
-	Budget        *RetryBudget `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
+	Budget *RetryBudget `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
+	// Deferrals this replica gave in the window (as budget.deferred).
+	Deferred uint64 `protobuf:"varint,5,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	// When the next retry would be approved at the current rates (as
+	// budget.next_room_at).
+	NextRoomAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=next_room_at,json=nextRoomAt,proto3" json:"next_room_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -758,6 +763,20 @@ func (x *BudgetStanding) GetBudget() *RetryBudget {
 	return nil
 }
 
+func (x *BudgetStanding) GetDeferred() uint64 {
+	if x != nil {
+		return x.Deferred
+	}
+	return 0
+}
+
+func (x *BudgetStanding) GetNextRoomAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRoomAt
+	}
+	return nil
+}
+
 // Where a retry budget's scope stands in its current window (fleet-wide
 // under --state redis: the latest fleet totals plus this replica's counts
 // not yet flushed).
@@ -769,14 +788,22 @@ type RetryBudget struct {
 	// First attempts recorded in the window (Admit with attempt <= 1, or
 	// ReportOutcomes requests).
 	Requests uint64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
-	// Retries in the window (Classify answers retry_with_limit).
+	// Approved retries in the window (Classify answers retry_with_limit that
+	// the budget let go; a deferred answer withdraws nothing).
 	Retries uint64 `protobuf:"varint,3,opt,name=retries,proto3" json:"retries,omitempty"`
 	// Retries the budget allows in the window: retry_percent of requests (of
 	// the allowance, for an allowance budget) plus the floor
 	// min_retries_per_sec x window.
 	Allowed uint64 `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
 	// When the window starts (it slides a tenth of its length at a time).
-	WindowStart   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=window_start,json=windowStart,proto3" json:"window_start,omitempty"`
+	WindowStart *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=window_start,json=windowStart,proto3" json:"window_start,omitempty"`
+	// Deferrals given in the window by the replica that answered, this
+	// decision's included. A deferral withdraws nothing: only approved
+	// retries count in `retries`.
+	Deferred uint64 `protobuf:"varint,6,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	// When the next retry would be approved at the current rates: the
+	// window's next room (now, while it has room).
+	NextRoomAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=next_room_at,json=nextRoomAt,proto3" json:"next_room_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -842,6 +869,20 @@ func (x *RetryBudget) GetAllowed() uint64 {
 func (x *RetryBudget) GetWindowStart() *timestamppb.Timestamp {
 	if x != nil {
 		return x.WindowStart
+	}
+	return nil
+}
+
+func (x *RetryBudget) GetDeferred() uint64 {
+	if x != nil {
+		return x.Deferred
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetNextRoomAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRoomAt
 	}
 	return nil
 }
@@ -3460,18 +3501,24 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"dependency\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"J\n" +
 	"\x13ListBudgetsResponse\x123\n" +
-	"\abudgets\x18\x01 \x03(\v2\x19.retryd.v1.BudgetStandingR\abudgets\"\x84\x01\n" +
+	"\abudgets\x18\x01 \x03(\v2\x19.retryd.v1.BudgetStandingR\abudgets\"\xde\x01\n" +
 	"\x0eBudgetStanding\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x12\n" +
 	"\x04rule\x18\x03 \x01(\tR\x04rule\x12.\n" +
-	"\x06budget\x18\x04 \x01(\v2\x16.retryd.v1.RetryBudgetR\x06budget\"\xb9\x01\n" +
+	"\x06budget\x18\x04 \x01(\v2\x16.retryd.v1.RetryBudgetR\x06budget\x12\x1a\n" +
+	"\bdeferred\x18\x05 \x01(\x04R\bdeferred\x12<\n" +
+	"\fnext_room_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"nextRoomAt\"\x93\x02\n" +
 	"\vRetryBudget\x12\x1b\n" +
 	"\tscope_key\x18\x01 \x01(\tR\bscopeKey\x12\x1a\n" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\x12\x18\n" +
 	"\aretries\x18\x03 \x01(\x04R\aretries\x12\x18\n" +
 	"\aallowed\x18\x04 \x01(\x04R\aallowed\x12=\n" +
-	"\fwindow_start\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vwindowStart\"\xc4\x01\n" +
+	"\fwindow_start\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vwindowStart\x12\x1a\n" +
+	"\bdeferred\x18\x06 \x01(\x04R\bdeferred\x12<\n" +
+	"\fnext_room_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"nextRoomAt\"\xc4\x01\n" +
 	"\rCatalogBudget\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x04R\bwindowMs\x12#\n" +
@@ -3837,85 +3884,87 @@ var file_retryd_v1_retryd_proto_goTypes = []any{
 var file_retryd_v1_retryd_proto_depIdxs = []int32{
 	11, // 0: retryd.v1.ListBudgetsResponse.budgets:type_name -> retryd.v1.BudgetStanding
 	12, // 1: retryd.v1.BudgetStanding.budget:type_name -> retryd.v1.RetryBudget
-	41, // 2: retryd.v1.RetryBudget.window_start:type_name -> google.protobuf.Timestamp
-	2,  // 3: retryd.v1.AdmitRequest.operation:type_name -> retryd.v1.OperationKind
-	25, // 4: retryd.v1.AdmitResponse.hold:type_name -> retryd.v1.Hold
-	41, // 5: retryd.v1.AdmitResponse.retry_at:type_name -> google.protobuf.Timestamp
-	17, // 6: retryd.v1.ReportOutcomesRequest.counts:type_name -> retryd.v1.OutcomeCount
-	25, // 7: retryd.v1.ReportOutcomesResponse.hold:type_name -> retryd.v1.Hold
-	25, // 8: retryd.v1.ListHoldsResponse.holds:type_name -> retryd.v1.Hold
-	25, // 9: retryd.v1.ReleaseHoldResponse.hold:type_name -> retryd.v1.Hold
-	0,  // 10: retryd.v1.WatchHoldsResponse.kind:type_name -> retryd.v1.HoldEventKind
-	25, // 11: retryd.v1.WatchHoldsResponse.hold:type_name -> retryd.v1.Hold
-	8,  // 12: retryd.v1.Hold.scope:type_name -> retryd.v1.Scope
-	1,  // 13: retryd.v1.Hold.kind:type_name -> retryd.v1.HoldKind
-	41, // 14: retryd.v1.Hold.since:type_name -> google.protobuf.Timestamp
-	41, // 15: retryd.v1.Hold.until:type_name -> google.protobuf.Timestamp
-	38, // 16: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
-	39, // 17: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
-	38, // 18: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
-	30, // 19: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
-	31, // 20: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
-	39, // 21: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
-	42, // 22: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
-	34, // 23: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
-	35, // 24: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
-	36, // 25: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
-	36, // 26: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
-	36, // 27: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
-	13, // 28: retryd.v1.Catalog.budgets:type_name -> retryd.v1.CatalogBudget
-	4,  // 29: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
-	3,  // 30: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
-	3,  // 31: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
-	3,  // 32: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
-	3,  // 33: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
-	37, // 34: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
-	37, // 35: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
-	37, // 36: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
-	37, // 37: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
-	3,  // 38: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
-	5,  // 39: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
-	8,  // 40: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
-	1,  // 41: retryd.v1.CatalogRule.hold_kind:type_name -> retryd.v1.HoldKind
-	8,  // 42: retryd.v1.CatalogRule.hold_scope:type_name -> retryd.v1.Scope
-	2,  // 43: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
-	41, // 44: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
-	7,  // 45: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
-	40, // 46: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
-	41, // 47: retryd.v1.Failure.quota_resets_at:type_name -> google.protobuf.Timestamp
-	3,  // 48: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
-	40, // 49: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
-	4,  // 50: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
-	2,  // 51: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
-	8,  // 52: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
-	25, // 53: retryd.v1.Decision.hold:type_name -> retryd.v1.Hold
-	12, // 54: retryd.v1.Decision.budget:type_name -> retryd.v1.RetryBudget
-	6,  // 55: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
-	41, // 56: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 57: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
-	26, // 58: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
-	28, // 59: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
-	32, // 60: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
-	14, // 61: retryd.v1.RetryDecisionService.Admit:input_type -> retryd.v1.AdmitRequest
-	16, // 62: retryd.v1.RetryDecisionService.ReportOutcomes:input_type -> retryd.v1.ReportOutcomesRequest
-	19, // 63: retryd.v1.RetryDecisionService.ListHolds:input_type -> retryd.v1.ListHoldsRequest
-	21, // 64: retryd.v1.RetryDecisionService.ReleaseHold:input_type -> retryd.v1.ReleaseHoldRequest
-	23, // 65: retryd.v1.RetryDecisionService.WatchHolds:input_type -> retryd.v1.WatchHoldsRequest
-	9,  // 66: retryd.v1.RetryDecisionService.ListBudgets:input_type -> retryd.v1.ListBudgetsRequest
-	27, // 67: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
-	29, // 68: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
-	33, // 69: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
-	15, // 70: retryd.v1.RetryDecisionService.Admit:output_type -> retryd.v1.AdmitResponse
-	18, // 71: retryd.v1.RetryDecisionService.ReportOutcomes:output_type -> retryd.v1.ReportOutcomesResponse
-	20, // 72: retryd.v1.RetryDecisionService.ListHolds:output_type -> retryd.v1.ListHoldsResponse
-	22, // 73: retryd.v1.RetryDecisionService.ReleaseHold:output_type -> retryd.v1.ReleaseHoldResponse
-	24, // 74: retryd.v1.RetryDecisionService.WatchHolds:output_type -> retryd.v1.WatchHoldsResponse
-	10, // 75: retryd.v1.RetryDecisionService.ListBudgets:output_type -> retryd.v1.ListBudgetsResponse
-	67, // [67:76] is the sub-list for method output_type
-	58, // [58:67] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	41, // 2: retryd.v1.BudgetStanding.next_room_at:type_name -> google.protobuf.Timestamp
+	41, // 3: retryd.v1.RetryBudget.window_start:type_name -> google.protobuf.Timestamp
+	41, // 4: retryd.v1.RetryBudget.next_room_at:type_name -> google.protobuf.Timestamp
+	2,  // 5: retryd.v1.AdmitRequest.operation:type_name -> retryd.v1.OperationKind
+	25, // 6: retryd.v1.AdmitResponse.hold:type_name -> retryd.v1.Hold
+	41, // 7: retryd.v1.AdmitResponse.retry_at:type_name -> google.protobuf.Timestamp
+	17, // 8: retryd.v1.ReportOutcomesRequest.counts:type_name -> retryd.v1.OutcomeCount
+	25, // 9: retryd.v1.ReportOutcomesResponse.hold:type_name -> retryd.v1.Hold
+	25, // 10: retryd.v1.ListHoldsResponse.holds:type_name -> retryd.v1.Hold
+	25, // 11: retryd.v1.ReleaseHoldResponse.hold:type_name -> retryd.v1.Hold
+	0,  // 12: retryd.v1.WatchHoldsResponse.kind:type_name -> retryd.v1.HoldEventKind
+	25, // 13: retryd.v1.WatchHoldsResponse.hold:type_name -> retryd.v1.Hold
+	8,  // 14: retryd.v1.Hold.scope:type_name -> retryd.v1.Scope
+	1,  // 15: retryd.v1.Hold.kind:type_name -> retryd.v1.HoldKind
+	41, // 16: retryd.v1.Hold.since:type_name -> google.protobuf.Timestamp
+	41, // 17: retryd.v1.Hold.until:type_name -> google.protobuf.Timestamp
+	38, // 18: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
+	39, // 19: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
+	38, // 20: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
+	30, // 21: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
+	31, // 22: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
+	39, // 23: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
+	42, // 24: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
+	34, // 25: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
+	35, // 26: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
+	36, // 27: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
+	36, // 28: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
+	36, // 29: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
+	13, // 30: retryd.v1.Catalog.budgets:type_name -> retryd.v1.CatalogBudget
+	4,  // 31: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
+	3,  // 32: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
+	3,  // 33: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
+	3,  // 34: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
+	3,  // 35: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
+	37, // 36: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
+	37, // 37: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
+	37, // 38: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
+	37, // 39: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
+	3,  // 40: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
+	5,  // 41: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
+	8,  // 42: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
+	1,  // 43: retryd.v1.CatalogRule.hold_kind:type_name -> retryd.v1.HoldKind
+	8,  // 44: retryd.v1.CatalogRule.hold_scope:type_name -> retryd.v1.Scope
+	2,  // 45: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
+	41, // 46: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
+	7,  // 47: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
+	40, // 48: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
+	41, // 49: retryd.v1.Failure.quota_resets_at:type_name -> google.protobuf.Timestamp
+	3,  // 50: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
+	40, // 51: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
+	4,  // 52: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
+	2,  // 53: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
+	8,  // 54: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
+	25, // 55: retryd.v1.Decision.hold:type_name -> retryd.v1.Hold
+	12, // 56: retryd.v1.Decision.budget:type_name -> retryd.v1.RetryBudget
+	6,  // 57: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
+	41, // 58: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
+	5,  // 59: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
+	26, // 60: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
+	28, // 61: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
+	32, // 62: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
+	14, // 63: retryd.v1.RetryDecisionService.Admit:input_type -> retryd.v1.AdmitRequest
+	16, // 64: retryd.v1.RetryDecisionService.ReportOutcomes:input_type -> retryd.v1.ReportOutcomesRequest
+	19, // 65: retryd.v1.RetryDecisionService.ListHolds:input_type -> retryd.v1.ListHoldsRequest
+	21, // 66: retryd.v1.RetryDecisionService.ReleaseHold:input_type -> retryd.v1.ReleaseHoldRequest
+	23, // 67: retryd.v1.RetryDecisionService.WatchHolds:input_type -> retryd.v1.WatchHoldsRequest
+	9,  // 68: retryd.v1.RetryDecisionService.ListBudgets:input_type -> retryd.v1.ListBudgetsRequest
+	27, // 69: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
+	29, // 70: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
+	33, // 71: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
+	15, // 72: retryd.v1.RetryDecisionService.Admit:output_type -> retryd.v1.AdmitResponse
+	18, // 73: retryd.v1.RetryDecisionService.ReportOutcomes:output_type -> retryd.v1.ReportOutcomesResponse
+	20, // 74: retryd.v1.RetryDecisionService.ListHolds:output_type -> retryd.v1.ListHoldsResponse
+	22, // 75: retryd.v1.RetryDecisionService.ReleaseHold:output_type -> retryd.v1.ReleaseHoldResponse
+	24, // 76: retryd.v1.RetryDecisionService.WatchHolds:output_type -> retryd.v1.WatchHoldsResponse
+	10, // 77: retryd.v1.RetryDecisionService.ListBudgets:output_type -> retryd.v1.ListBudgetsResponse
+	69, // [69:78] is the sub-list for method output_type
+	60, // [60:69] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_retryd_v1_retryd_proto_init() }

@@ -161,11 +161,13 @@ impl Counts {
     }
 }
 
-/// The counts of one scope, bucket by bucket: a ring of [`BUCKETS`] slots,
-/// each tagged with the bucket it holds (a stale slot reads as empty).
+/// The counts of one scope, bucket by bucket: the newest bucket held and
+/// one slot per bucket of its window (168 bytes; buckets older than the
+/// newest one's window read as empty and are dropped when added).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Window {
-    slots: [(i64, Counts); BUCKETS],
+    newest: i64,
+    slots: [Counts; BUCKETS],
 }
 
 impl Window {
@@ -173,42 +175,58 @@ impl Window {
         bucket.rem_euclid(BUCKETS as i64) as usize
     }
 
-    /// Adds `c` to `bucket` (a slot holding an older bucket is reset first;
-    /// a count for a bucket older than the slot's is dropped: it is out of
-    /// every window the slot can still serve).
+    /// Whether `bucket` is in the window of the newest bucket held.
+    fn holds(&self, bucket: i64) -> bool {
+        bucket <= self.newest && bucket > self.newest.saturating_sub(BUCKETS as i64)
+    }
+
+    /// Makes `bucket` the newest if it is newer, emptying the slots of the
+    /// buckets that left the window.
+    fn advance(&mut self, bucket: i64) {
+        if bucket > self.newest {
+            let stale = bucket.saturating_sub(self.newest).min(BUCKETS as i64);
+            for b in (bucket - stale + 1)..=bucket {
+                self.slots[Self::slot(b)] = Counts::default();
+            }
+            self.newest = bucket;
+        }
+    }
+
+    /// Adds `c` to `bucket` (a count for a bucket older than the newest
+    /// one's window is dropped: it is out of every window still served).
     pub fn add(&mut self, bucket: i64, c: Counts) {
-        let s = &mut self.slots[Self::slot(bucket)];
-        if s.0 < bucket {
-            *s = (bucket, c);
-        } else if s.0 == bucket {
-            s.1 = s.1.plus(c);
+        self.advance(bucket);
+        if self.holds(bucket) {
+            let s = &mut self.slots[Self::slot(bucket)];
+            *s = s.plus(c);
         }
     }
 
     /// Replaces `bucket`'s counts (a fleet total read back from Redis).
     pub fn set(&mut self, bucket: i64, c: Counts) {
-        let s = &mut self.slots[Self::slot(bucket)];
-        if s.0 <= bucket {
-            *s = (bucket, c);
+        self.advance(bucket);
+        if self.holds(bucket) {
+            self.slots[Self::slot(bucket)] = c;
         }
     }
 
     /// The counts of `bucket`, if held.
     pub fn get(&self, bucket: i64) -> Counts {
-        let s = &self.slots[Self::slot(bucket)];
-        if s.0 == bucket { s.1 } else { Counts::default() }
+        if self.holds(bucket) {
+            self.slots[Self::slot(bucket)]
+        } else {
+            Counts::default()
+        }
     }
 
     /// The totals over the window ending with `bucket`.
     pub fn total(&self, bucket: i64) -> Counts {
-        let first = bucket - (BUCKETS as i64 - 1);
-        self.slots
+        self.buckets(bucket)
             .iter()
-            .filter(|(b, _)| (first..=bucket).contains(b))
-            .fold(Counts::default(), |acc, (_, c)| acc.plus(*c))
+            .fold(Counts::default(), |acc, c| acc.plus(*c))
     }
 
-    /// The `(bucket, counts)` of the window ending with `bucket`, oldest first.
+    /// The counts of the window ending with `bucket`, oldest first.
     pub fn buckets(&self, bucket: i64) -> [Counts; BUCKETS] {
         let first = bucket - (BUCKETS as i64 - 1);
         std::array::from_fn(|i| self.get(first + i as i64))
@@ -230,7 +248,7 @@ impl Window {
 pub struct Standing {
     /// First attempts in the window.
     pub requests: u64,
-    /// Retries in the window.
+    /// Approved retries in the window (withdrawals).
     pub retries: u64,
     /// Retries the budget allows in the window.
     pub allowed: u64,
@@ -240,6 +258,9 @@ pub struct Standing {
     pub exhausted: bool,
     /// When the window has room again (equal to `now` when it has room now).
     pub room_at: UnixMillis,
+    /// Deferrals this replica gave in the window (advice, not withdrawals:
+    /// they count against nothing; they pace the next deferral).
+    pub deferred: u64,
 }
 
 /// A scope's standing as a decision reports it.
@@ -249,20 +270,30 @@ pub struct BudgetView {
     pub scope_key: String,
     /// First attempts in the window.
     pub requests: u64,
-    /// Retries in the window, this decision's included.
+    /// Approved retries in the window, this decision's included if approved.
     pub retries: u64,
     /// Retries allowed in the window.
     pub allowed: u64,
     /// When the window starts.
     pub window_start: UnixMillis,
+    /// Deferrals given in the window (this replica's), this decision's included.
+    pub deferred: u64,
+    /// When the next retry would be approved at the current rates.
+    pub next_room_at: UnixMillis,
 }
 
 /// Judges a scope whose window (ending with `now`'s bucket) holds
-/// `buckets` (oldest first). `None` when no first attempt was ever recorded
-/// in the window: retryd does not know its traffic, so it is not budgeted.
-pub fn judge(rule: &BudgetRule, buckets: &[Counts; BUCKETS], now: UnixMillis) -> Option<Standing> {
+/// `buckets` (oldest first). `seen`: the scope has recorded a first attempt,
+/// and was active (a first attempt, a failure judged) within
+/// [`SEEN_WINDOWS`] windows. `None` (not budgeted) only for a scope
+/// with no first attempt in the window that was not `seen` either: retryd
+/// does not know its traffic (a Classify-only caller). A scope that was
+/// seen but whose window emptied of first attempts keeps its budget, which
+/// is then the reserve alone: a batch that submits its work at once and
+/// then only retries does not escape its budget after one window.
+pub fn judge(rule: &BudgetRule, buckets: &[Counts; BUCKETS], now: UnixMillis, seen: bool) -> Option<Standing> {
     let total = buckets.iter().fold(Counts::default(), |a, c| a.plus(*c));
-    if total.requests == 0 {
+    if total.requests == 0 && !seen {
         return None;
     }
     let allowed = rule.allowed(total.requests);
@@ -275,16 +306,16 @@ pub fn judge(rule: &BudgetRule, buckets: &[Counts; BUCKETS], now: UnixMillis) ->
     } else {
         // The window slides a bucket at a time: find the first boundary at
         // which the buckets left behind make room. The oldest bucket `first`
-        // leaves the window when bucket `first + BUCKETS` begins.
+        // leaves the window when bucket `first + BUCKETS` begins. A window
+        // left with no first attempt allows the reserve alone.
         let mut left = total;
         let mut at = None;
         for (i, c) in buckets.iter().enumerate() {
             left = Counts {
-                requests: left.requests - c.requests,
-                retries: left.retries - c.retries,
+                requests: left.requests.saturating_sub(c.requests),
+                retries: left.retries.saturating_sub(c.retries),
             };
-            // No request left: the scope is no longer budgeted (room).
-            if left.requests == 0 || left.retries < rule.allowed(left.requests) {
+            if left.retries < rule.allowed(left.requests) {
                 at = Some((first + BUCKETS as i64 + i as i64).saturating_mul(bucket_ms));
                 break;
             }
@@ -298,8 +329,17 @@ pub fn judge(rule: &BudgetRule, buckets: &[Counts; BUCKETS], now: UnixMillis) ->
         window_start: rule.window_start(now),
         exhausted,
         room_at,
+        deferred: 0,
     })
 }
+
+/// A scope stays budgeted this many windows after it was last active (a
+/// first attempt or a failure judged); then it is forgotten like a new one.
+pub const SEEN_WINDOWS: u64 = 10;
+
+mod pace;
+
+pub use pace::{Tally, pace_ms, unit_of};
 
 #[cfg(test)]
 mod tests;

@@ -104,7 +104,7 @@ fn the_floor_is_finagles_reserve() {
             retries: 99,
         },
     );
-    let s = judge(&r, &w.buckets(r.bucket_of(T0)), T0).unwrap();
+    let s = judge(&r, &w.buckets(r.bucket_of(T0)), T0, false).unwrap();
     assert!(!s.exhausted && s.allowed == 100 && s.room_at == T0, "{s:?}");
 }
 
@@ -119,7 +119,66 @@ fn a_scope_with_no_recorded_request_is_not_budgeted() {
             retries: 10_000,
         },
     );
-    assert_eq!(judge(&r, &w.buckets(r.bucket_of(T0)), T0), None);
+    assert_eq!(judge(&r, &w.buckets(r.bucket_of(T0)), T0, false), None);
+}
+
+/// The escape (issue 23): 1 s window, no reserve, 10 %. 100 first attempts,
+/// 100 failures: 10 approved, 90 deferred (withdrawing nothing). When they
+/// return the window holds no first attempt, but the scope was seen: it
+/// gets the reserve alone (none), not "not budgeted".
+#[test]
+fn a_scope_that_saw_traffic_stays_budgeted_when_its_window_empties() {
+    let r = BudgetRule {
+        window_ms: 1_000,
+        retry_percent: 10,
+        min_retries_per_sec: 0,
+        ..finagle()
+    };
+    let b = r.bucket_of(T0);
+    let mut w = window_with(
+        &r,
+        T0,
+        Counts {
+            requests: 100,
+            retries: 0,
+        },
+    );
+    let mut approved = 0;
+    for _ in 0..100 {
+        let s = judge(&r, &w.buckets(b), T0, true).unwrap();
+        if !s.exhausted {
+            approved += 1;
+            w.add(
+                b,
+                Counts {
+                    requests: 0,
+                    retries: 1,
+                },
+            );
+        }
+    }
+    assert_eq!(approved, 10);
+    // The window empties of both first attempts and retries; the 90 come back.
+    let later = T0.plus_ms(1_500);
+    let lb = r.bucket_of(later);
+    for _ in 0..90 {
+        let s = judge(&r, &w.buckets(lb), later, true).expect("still budgeted");
+        if !s.exhausted {
+            approved += 1;
+            w.add(
+                lb,
+                Counts {
+                    requests: 0,
+                    retries: 1,
+                },
+            );
+        }
+    }
+    assert!(approved <= 11, "{approved} approved in all");
+    // The reserve alone when it has one: a quiet, seen scope gets 10/s.
+    let quiet = finagle();
+    let s = judge(&quiet, &Window::default().buckets(quiet.bucket_of(T0)), T0, true).unwrap();
+    assert_eq!((s.requests, s.allowed, s.exhausted), (0, 100, false));
 }
 
 #[test]
@@ -141,9 +200,9 @@ fn spent_budget_has_room_when_the_buckets_holding_the_retries_age_out() {
             retries: 60,
         },
     );
-    let s = judge(&r, &w.buckets(b), T0).unwrap();
+    let s = judge(&r, &w.buckets(b), T0, false).unwrap();
     assert_eq!((s.requests, s.retries, s.allowed, s.exhausted), (1_000, 310, 300, true));
-    // Bucket b-5 leaves at the start of bucket b+5: then no request is left (not budgeted: room).
+    // Bucket b-5 leaves at the start of bucket b+5: then no request is left, and 60 retries are under the reserve (100).
     assert_eq!(s.room_at, UnixMillis((b + 5) * 1_000));
     // Everything in the current bucket: room when it ages out, a whole window on.
     let w = window_with(
@@ -154,7 +213,7 @@ fn spent_budget_has_room_when_the_buckets_holding_the_retries_age_out() {
             retries: 102,
         },
     );
-    let s = judge(&r, &w.buckets(b), T0).unwrap();
+    let s = judge(&r, &w.buckets(b), T0, false).unwrap();
     assert!(s.exhausted);
     assert_eq!(s.room_at, UnixMillis((b + 10) * 1_000));
     assert!(T0.ms_until(s.room_at) <= 10_000);
@@ -180,7 +239,7 @@ fn an_allowance_budget_caps_retries_at_a_share_of_the_allowance() {
             retries: 99,
         },
     );
-    assert!(!judge(&r, &w.buckets(b), T0).unwrap().exhausted);
+    assert!(!judge(&r, &w.buckets(b), T0, false).unwrap().exhausted);
     let w = window_with(
         &r,
         T0,
@@ -189,7 +248,7 @@ fn an_allowance_budget_caps_retries_at_a_share_of_the_allowance() {
             retries: 100,
         },
     );
-    assert!(judge(&r, &w.buckets(b), T0).unwrap().exhausted);
+    assert!(judge(&r, &w.buckets(b), T0, false).unwrap().exhausted);
 }
 
 fn failure<'a>(code: &'a str, op: Operation) -> Failure<'a> {

@@ -90,6 +90,10 @@ impl Budgets {
                     let Some(e) = t.map.get_mut(key) else { continue };
                     e.fleet.clear();
                     for (b, c) in totals {
+                        if c.requests > 0 {
+                            // Another replica's first attempts make the scope seen here too.
+                            e.seen_ms = e.seen_ms.max(now.0);
+                        }
                         e.fleet.set(b, c);
                     }
                     e.inflight.clear();

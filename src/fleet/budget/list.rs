@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::{BUDGET_UTILIZATION, Budgets, Judged, totals};
-use crate::core::budget::{BudgetScope, Standing, judge};
+use super::{BUDGET_UTILIZATION, Budgets, Judged, stand};
+use crate::core::budget::{BudgetScope, Standing};
 use crate::core::time::UnixMillis;
 
 impl Budgets {
@@ -21,17 +21,14 @@ impl Budgets {
                     && (dependency.is_empty() || *e.dependency == *dependency)
             })
             .filter_map(|e| {
-                let standing = judge(
-                    &e.rule,
-                    &totals(e, e.rule.bucket_of(now), self.shared, fallback, k),
-                    now,
-                )?;
+                let standing = stand(e, now, self.shared, fallback, k)?;
                 Some((
                     e.catalog.clone(),
                     Judged {
                         rule: e.rule,
                         shown: e.shown.clone(),
                         standing,
+                        replicas: if self.shared { k } else { 1 },
                     },
                 ))
             })

@@ -18,21 +18,28 @@
 //! last known replica count instead: never "no budget", never "everything
 //! spent".
 //!
-//! Bounded: at most `max_scopes` scopes; at the cap the least recently
-//! used eighth is dropped at once (amortized O(log n) per insert), counted
-//! in [`BUDGET_SCOPES_EVICTED_TOTAL`]. Tenants appear only hashed (keyed)
-//! in what leaves the table: scope keys shown, logs, Redis keys.
+//! Bounded: at most `max_scopes` scopes, new ones limited per caller, the
+//! scopes with the fewest first attempts dropped first at the cap
+//! ([`table`]), counted in [`BUDGET_SCOPES_EVICTED_TOTAL`] and
+//! [`BUDGET_SCOPES_REFUSED_TOTAL`]. Tenants appear only hashed (keyed) in
+//! what leaves the table: scope keys shown, logs, Redis keys.
 
 pub mod flush;
+mod judge;
 mod list;
+pub mod reported;
+mod table;
 
+pub use table::{BUDGET_SCOPES_REFUSED_TOTAL, DEFAULT_SCOPES_PER_SEC_PER_CALLER};
+use table::{Entry, Newcomer, Table};
+
+use judge::{stand, totals};
 pub use list::utilization;
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-use crate::core::budget::{BUCKETS, BudgetRule, BudgetScope, Counts, Standing, Window, judge};
+use crate::core::budget::{BudgetRule, BudgetScope, Counts, Standing};
 use crate::core::hold::{HoldScope, storage_key};
 use crate::core::time::UnixMillis;
 
@@ -58,7 +65,15 @@ pub fn describe_metrics() {
     );
     metrics::describe_counter!(
         BUDGET_SCOPES_EVICTED_TOTAL,
-        "Budget scopes dropped at --max-budget-scopes (least recently used first)."
+        "Budget scopes dropped at --max-budget-scopes (fewest first attempts in the window first)."
+    );
+    metrics::describe_counter!(
+        BUDGET_SCOPES_REFUSED_TOTAL,
+        "New budget scopes not added: the caller over --budget-scopes-per-sec-per-caller, or a full table whose every scope has more first attempts."
+    );
+    metrics::describe_counter!(
+        reported::REPORTED_REQUESTS_CLAMPED_TOTAL,
+        "Reported first attempts (ReportOutcomes) cut by --max-reported-requests-per-sec per caller per scope."
     );
     metrics::describe_gauge!(
         BUDGET_FALLBACK,
@@ -97,27 +112,6 @@ impl ScopeOf<'_> {
     }
 }
 
-/// One scope's counts.
-#[derive(Debug, Clone)]
-struct Entry {
-    rule: BudgetRule,
-    /// Shown instead of the storage key: `d:<catalog>:<dependency>` or
-    /// `t:<catalog>:<dependency>:h:<hex>`.
-    shown: String,
-    catalog: Box<str>,
-    dependency: Box<str>,
-    own: Window,
-    fleet: Window,
-    pending: Window,
-    inflight: Window,
-    /// Counts not yet flushed.
-    dirty: bool,
-    /// The flush round it was last used in (its totals are read back
-    /// while it was used in the last [`READ_BACK_ROUNDS`] rounds).
-    touched: u64,
-    last_used: u64,
-}
-
 /// One scope judged for a decision.
 #[derive(Debug, Clone)]
 pub struct Judged {
@@ -127,6 +121,9 @@ pub struct Judged {
     pub shown: String,
     /// Where it stands.
     pub standing: Standing,
+    /// Replicas judging the scope (from the flush heartbeats; 1 alone): a
+    /// replica paces its deferrals at the budget's rate / replicas.
+    pub replicas: u64,
 }
 
 /// The budget table of one replica.
@@ -144,15 +141,19 @@ pub struct Budgets {
     stale_after_ms: i64,
     fallback: AtomicBool,
     evicted: AtomicU64,
+    refused: AtomicU64,
+    /// Reported first attempts per caller per scope.
+    reported: reported::Reported,
+    /// New scopes per caller.
+    new_scopes: reported::RateTable,
 }
 
-#[derive(Debug, Default)]
-struct Table {
-    map: HashMap<String, Entry>,
-    tick: u64,
-    /// Flushes taken so far.
-    round: u64,
+fn scope_rate(per_sec: f64) -> reported::RateTable {
+    reported::RateTable::new(per_sec, per_sec * 2.0, table::MAX_SCOPE_CALLERS)
 }
+
+/// Default of `--max-reported-requests-per-sec`.
+pub const DEFAULT_REPORTED_PER_SEC: f64 = 50_000.0;
 
 /// A scope's fleet totals are read back while it was used within this many
 /// flushes (2 s at the default 100 ms): a scope in use stays current, an
@@ -174,7 +175,44 @@ impl Budgets {
             stale_after_ms: i64::try_from(flush_every_ms.saturating_mul(5).max(1_000)).unwrap_or(i64::MAX),
             fallback: AtomicBool::new(false),
             evicted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            reported: reported::Reported::new(DEFAULT_REPORTED_PER_SEC),
+            new_scopes: scope_rate(DEFAULT_SCOPES_PER_SEC_PER_CALLER),
         }
+    }
+
+    /// The same table with at most `per_sec` new scopes per caller per
+    /// second, burst twice that (`--budget-scopes-per-sec-per-caller`).
+    pub fn with_scopes_per_sec_per_caller(mut self, per_sec: f64) -> Self {
+        self.new_scopes = scope_rate(per_sec);
+        self
+    }
+
+    /// New scopes not added so far (caller over its rate, or a full table).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Scopes held.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Whether no scope is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The same table with reported first attempts limited to `per_sec`
+    /// per caller per scope (`--max-reported-requests-per-sec`).
+    pub fn with_reported_per_sec(mut self, per_sec: f64) -> Self {
+        self.reported = reported::Reported::new(per_sec);
+        self
+    }
+
+    /// The reported-requests limits.
+    pub fn reported(&self) -> &reported::Reported {
+        &self.reported
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -217,6 +255,40 @@ impl Budgets {
         );
     }
 
+    /// Records `n` first attempts reported by `caller` (ReportOutcomes, the
+    /// report's counts for this scope already summed): on each budget, at
+    /// most what the caller's bucket for that scope grants ([`reported`]).
+    pub fn deposit_reported(
+        &self,
+        rules: &[BudgetRule],
+        scope: ScopeOf<'_>,
+        n: u64,
+        caller: &str,
+        now: UnixMillis,
+        hash: &dyn Fn(&str) -> String,
+    ) {
+        if n == 0 {
+            return;
+        }
+        for rule in rules {
+            let Some(key) = scope.key(rule) else { continue };
+            let granted = self.reported.take(caller, &key, n, now);
+            if granted > 0 {
+                let mut t = self.lock();
+                let c = Counts {
+                    requests: granted,
+                    retries: 0,
+                };
+                let who = Newcomer {
+                    requests: granted,
+                    caller: Some(&|| caller.to_owned()),
+                    now,
+                };
+                self.record_one(&mut t, rule, key, scope, c, who, hash);
+            }
+        }
+    }
+
     /// Records one retry (a withdrawal) on every budget of the call's scopes.
     pub fn withdraw(&self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis, hash: &dyn Fn(&str) -> String) {
         self.record(
@@ -243,65 +315,46 @@ impl Budgets {
             return;
         }
         let mut t = self.lock();
+        let who = Newcomer {
+            requests: c.requests,
+            caller: None,
+            now,
+        };
         for rule in rules {
             let Some(key) = scope.key(rule) else { continue };
-            if !self.shared && c.requests == 0 && !t.map.contains_key(&key) {
-                // One replica, a retry of a scope with no first attempt ever
-                // recorded: nothing to budget, nothing worth a table slot.
-                continue;
-            }
-            let e = self.entry(&mut t, key, rule, scope, hash);
-            let b = rule.bucket_of(now);
-            e.own.add(b, c);
-            if self.shared {
-                e.pending.add(b, c);
-                e.dirty = true;
-            }
+            self.record_one(&mut t, rule, key, scope, c, who, hash);
         }
     }
 
-    /// The budgets of the call's scopes that count it (scopes with recorded
-    /// first attempts), the most constraining first: a spent one before one
-    /// with room, the latest room first, then the most used.
-    pub fn judge(
+    #[allow(clippy::too_many_arguments)]
+    fn record_one(
         &self,
-        rules: &[BudgetRule],
+        t: &mut Table,
+        rule: &BudgetRule,
+        key: String,
         scope: ScopeOf<'_>,
-        now: UnixMillis,
+        c: Counts,
+        who: Newcomer<'_>,
         hash: &dyn Fn(&str) -> String,
-    ) -> Vec<Judged> {
-        if rules.is_empty() || scope.dependency.is_empty() {
-            return Vec::new();
+    ) {
+        if !self.shared && c.requests == 0 && !t.map.contains_key(&key) {
+            // One replica, a retry of a scope with no first attempt ever
+            // recorded: nothing to budget, nothing worth a table slot.
+            return;
         }
-        let fallback = self.in_fallback(now);
-        self.note_fallback(fallback);
-        let k = self.replicas();
-        let mut t = self.lock();
-        let mut out = Vec::new();
-        for rule in rules {
-            let Some(key) = scope.key(rule) else { continue };
-            if !self.shared && !t.map.contains_key(&key) {
-                // One replica: no count, nothing to learn.
-                continue;
-            }
-            // Shared: a scope first seen here is added so the next flush
-            // reads the fleet's totals for it.
-            let e = self.entry(&mut t, key, rule, scope, hash);
-            let standing = judge(rule, &totals(e, rule.bucket_of(now), self.shared, fallback, k), now);
-            if let Some(standing) = standing {
-                out.push(Judged {
-                    rule: *rule,
-                    shown: e.shown.clone(),
-                    standing,
-                });
-            }
+        let now = who.now;
+        let Some(e) = self.entry(t, key, rule, scope, hash, who) else {
+            return;
+        };
+        let b = rule.bucket_of(now);
+        if c.requests > 0 {
+            e.seen_ms = e.seen_ms.max(now.0);
         }
-        out.sort_by(|a, b| {
-            (b.standing.exhausted, b.standing.room_at, utilization(&b.standing))
-                .partial_cmp(&(a.standing.exhausted, a.standing.room_at, utilization(&a.standing)))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        out
+        e.own.add(b, c);
+        if self.shared {
+            e.pending.add(b, c);
+            e.dirty = true;
+        }
     }
 
     fn note_fallback(&self, fallback: bool) {
@@ -317,64 +370,6 @@ impl Budgets {
             }
         }
     }
-
-    /// The entry of `key`, created (and the least recently used dropped at the cap) if new.
-    fn entry<'t>(
-        &self,
-        t: &'t mut Table,
-        key: String,
-        rule: &BudgetRule,
-        scope: ScopeOf<'_>,
-        hash: &dyn Fn(&str) -> String,
-    ) -> &'t mut Entry {
-        t.tick += 1;
-        let (tick, round) = (t.tick, t.round);
-        if !t.map.contains_key(&key) && t.map.len() >= self.max_scopes {
-            let dropped = evict_eighth(&mut t.map);
-            self.evicted.fetch_add(dropped, Ordering::Relaxed);
-            metrics::counter!(BUDGET_SCOPES_EVICTED_TOTAL).increment(dropped);
-        }
-        let e = t.map.entry(key).or_insert_with(|| Entry {
-            rule: *rule,
-            shown: shown_key(rule.scope, scope, hash),
-            catalog: scope.catalog.into(),
-            dependency: scope.dependency.into(),
-            own: Window::default(),
-            fleet: Window::default(),
-            pending: Window::default(),
-            inflight: Window::default(),
-            dirty: false,
-            touched: 0,
-            last_used: tick,
-        });
-        if e.rule.window_ms != rule.window_ms {
-            // A reloaded policy changed the window: the old buckets mean nothing.
-            for w in [&mut e.own, &mut e.fleet, &mut e.pending, &mut e.inflight] {
-                w.clear();
-            }
-        }
-        e.rule = *rule;
-        e.last_used = tick;
-        e.touched = round;
-        e
-    }
-}
-
-/// The counts a decision reads for `e` in the window ending with `bucket`.
-fn totals(e: &Entry, bucket: i64, shared: bool, fallback: bool, replicas: u64) -> [Counts; BUCKETS] {
-    let own = e.own.buckets(bucket);
-    if !shared {
-        return own;
-    }
-    if fallback {
-        return own.map(|c| c.times(replicas));
-    }
-    let (fleet, pending, inflight) = (
-        e.fleet.buckets(bucket),
-        e.pending.buckets(bucket),
-        e.inflight.buckets(bucket),
-    );
-    std::array::from_fn(|i| fleet[i].plus(pending[i]).plus(inflight[i]))
 }
 
 /// `d:<catalog>:<dependency>` or `t:<catalog>:<dependency>:<hashed tenant>`.
@@ -383,17 +378,6 @@ fn shown_key(scope_kind: BudgetScope, scope: ScopeOf<'_>, hash: &dyn Fn(&str) ->
         BudgetScope::Dependency => format!("d:{}:{}", scope.catalog, scope.dependency),
         BudgetScope::Tenant => format!("t:{}:{}:{}", scope.catalog, scope.dependency, hash(scope.tenant)),
     }
-}
-
-/// Drops the least recently used eighth of `map` (at least one); returns how many.
-fn evict_eighth(map: &mut HashMap<String, Entry>) -> u64 {
-    let n = (map.len() / 8).max(1);
-    let mut ages: Vec<u64> = map.values().map(|e| e.last_used).collect();
-    let (_, cutoff, _) = ages.select_nth_unstable(n - 1);
-    let cutoff = *cutoff;
-    let before = map.len();
-    map.retain(|_, e| e.last_used > cutoff);
-    (before - map.len()) as u64
 }
 
 #[cfg(test)]

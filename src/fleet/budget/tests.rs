@@ -1,6 +1,9 @@
 use proptest::prelude::*;
 
+use std::collections::HashMap;
+
 use super::*;
+use crate::core::budget::{BUCKETS, Window};
 use crate::fleet::store::{FlushReply, ScopeFlush};
 
 fn finagle() -> BudgetRule {
@@ -53,14 +56,14 @@ fn one_replica_counts_deposits_and_withdrawals() {
     let b = Budgets::new(10, false, 100);
     let rules = [finagle()];
     assert!(
-        b.judge(&rules, scope("p"), T0, &hash).is_empty(),
+        b.judge(&rules, scope("p"), T0, None, &hash).is_empty(),
         "no request recorded: not budgeted"
     );
     b.deposit(&rules, scope("p"), 1_000, T0, &hash);
     for _ in 0..300 {
         b.withdraw(&rules, scope("p"), T0, &hash);
     }
-    let j = &b.judge(&rules, scope("p"), T0, &hash)[0];
+    let j = &b.judge(&rules, scope("p"), T0, None, &hash)[0];
     assert_eq!(
         (j.standing.requests, j.standing.retries, j.standing.allowed),
         (1_000, 300, 300)
@@ -68,10 +71,18 @@ fn one_replica_counts_deposits_and_withdrawals() {
     assert!(j.standing.exhausted);
     assert_eq!(j.shown, "d:vibecode:p");
     // Another dependency is its own scope; no dependency is no scope.
-    assert!(b.judge(&rules, scope("q"), T0, &hash).is_empty());
-    assert!(b.judge(&rules, scope(""), T0, &hash).is_empty());
-    // After the window, nothing is left.
-    assert!(b.judge(&rules, scope("p"), T0.plus_ms(11_000), &hash).is_empty());
+    assert!(b.judge(&rules, scope("q"), T0, None, &hash).is_empty());
+    assert!(b.judge(&rules, scope(""), T0, None, &hash).is_empty());
+    // After the window the scope keeps its budget, the reserve alone (it saw
+    // traffic); a failure judged keeps it so, and ten windows after it was
+    // last active it is forgotten.
+    let j = &b.judge(&rules, scope("p"), T0.plus_ms(11_000), None, &hash)[0];
+    assert_eq!(
+        (j.standing.requests, j.standing.retries, j.standing.allowed),
+        (0, 0, 100)
+    );
+    assert!(!b.judge(&rules, scope("p"), T0.plus_ms(109_000), None, &hash).is_empty());
+    assert!(b.judge(&rules, scope("p"), T0.plus_ms(220_000), None, &hash).is_empty());
 }
 
 #[test]
@@ -114,11 +125,12 @@ fn shared_counts_add_the_fleet_totals_and_fall_back_to_scaled_local_counts() {
     redis.flush(&a, T0);
     redis.flush(&b, T0);
     redis.flush(&a, T0);
-    let j = &a.judge(&rules, scope("p"), T0, &hash)[0];
+    let j = &a.judge(&rules, scope("p"), T0, None, &hash)[0];
     assert_eq!(j.standing.requests, 1_000, "fleet totals");
+    assert_eq!(j.replicas, 3, "deferrals paced over the replicas the heartbeats count");
     a.withdraw(&rules, scope("p"), T0, &hash);
     assert_eq!(
-        a.judge(&rules, scope("p"), T0, &hash)[0].standing.retries,
+        a.judge(&rules, scope("p"), T0, None, &hash)[0].standing.retries,
         1,
         "plus unflushed counts"
     );
@@ -126,12 +138,12 @@ fn shared_counts_add_the_fleet_totals_and_fall_back_to_scaled_local_counts() {
     let later = T0.plus_ms(2_000);
     a.apply_flush(&a.take_flush(later).0, None, later);
     assert!(a.in_fallback(later));
-    let j = &a.judge(&rules, scope("p"), later, &hash)[0];
+    let j = &a.judge(&rules, scope("p"), later, None, &hash)[0];
     assert_eq!((j.standing.requests, j.standing.retries), (1_800, 3));
     // Counts made meanwhile are sent when it answers again.
     redis.flush(&a, later);
     assert!(!a.in_fallback(later));
-    assert_eq!(a.judge(&rules, scope("p"), later, &hash)[0].standing.retries, 1);
+    assert_eq!(a.judge(&rules, scope("p"), later, None, &hash)[0].standing.retries, 1);
 }
 
 proptest! {
@@ -164,7 +176,7 @@ proptest! {
                     requests += 5;
                 } else {
                     failures += 1;
-                    let spent = replica.judge(&rules, scope("p"), T0, &hash).first().is_some_and(|j| j.standing.exhausted);
+                    let spent = replica.judge(&rules, scope("p"), T0, None, &hash).first().is_some_and(|j| j.standing.exhausted);
                     if !spent {
                         approved += 1;
                     }

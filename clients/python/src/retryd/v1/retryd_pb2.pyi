@@ -141,30 +141,38 @@ class ListBudgetsResponse(_message.Message):
     def __init__(self, budgets: _Optional[_Iterable[_Union[BudgetStanding, _Mapping]]] = ...) -> None: ...
 
 class BudgetStanding(_message.Message):
-    __slots__ = ("catalog", "scope", "rule", "budget")
+    __slots__ = ("catalog", "scope", "rule", "budget", "deferred", "next_room_at")
     CATALOG_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    DEFERRED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ROOM_AT_FIELD_NUMBER: _ClassVar[int]
     catalog: str
     scope: str
     rule: str
     budget: RetryBudget
-    def __init__(self, catalog: _Optional[str] = ..., scope: _Optional[str] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[RetryBudget, _Mapping]] = ...) -> None: ...
+    deferred: int
+    next_room_at: _timestamp_pb2.Timestamp
+    def __init__(self, catalog: _Optional[str] = ..., scope: _Optional[str] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[RetryBudget, _Mapping]] = ..., deferred: _Optional[int] = ..., next_room_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RetryBudget(_message.Message):
-    __slots__ = ("scope_key", "requests", "retries", "allowed", "window_start")
+    __slots__ = ("scope_key", "requests", "retries", "allowed", "window_start", "deferred", "next_room_at")
     SCOPE_KEY_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
+    DEFERRED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ROOM_AT_FIELD_NUMBER: _ClassVar[int]
     scope_key: str
     requests: int
     retries: int
     allowed: int
     window_start: _timestamp_pb2.Timestamp
-    def __init__(self, scope_key: _Optional[str] = ..., requests: _Optional[int] = ..., retries: _Optional[int] = ..., allowed: _Optional[int] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    deferred: int
+    next_room_at: _timestamp_pb2.Timestamp
+    def __init__(self, scope_key: _Optional[str] = ..., requests: _Optional[int] = ..., retries: _Optional[int] = ..., allowed: _Optional[int] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deferred: _Optional[int] = ..., next_room_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CatalogBudget(_message.Message):
     __slots__ = ("scope", "window_ms", "retry_percent", "min_retries_per_sec", "requests")
