@@ -4,6 +4,7 @@
 
 pub mod budgets;
 mod compile;
+pub mod guess;
 pub mod holds;
 mod locate;
 pub mod source;
