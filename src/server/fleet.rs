@@ -47,6 +47,12 @@ pub struct FleetArgs {
     /// overshoot a budget by about the retries approved in one such period.
     #[arg(long, env = "RETRYD_BUDGET_FLUSH_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub budget_flush_ms: u64,
+    /// Refuse to start (exit 1) when the `--state` store cannot be reached at
+    /// start. Without it the server starts, decides from its own memory and
+    /// keeps trying. A `--state` that cannot work (a bad URL, a database index
+    /// out of range, refused credentials) stops the start either way (exit 2).
+    #[arg(long, env = "RETRYD_STATE_REQUIRED", default_value_t = false)]
+    pub state_required: bool,
 }
 
 /// Builds the fleet memory and the operator rule from the flags. Must run
@@ -114,4 +120,40 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
         allow_loopback: args.operator_allow_loopback,
     };
     Ok((fleet, operators))
+}
+
+/// Checks `--state` before the store starts (see [`super::state_check`]):
+/// a configuration error is returned as one (exit 2); an unreachable store
+/// is an error only with `--state-required` (exit 1), else one warning.
+pub async fn check_state(args: &FleetArgs) -> Result<(), super::run::ServerError> {
+    use super::run::ServerError;
+    use super::state_check::{CHECK_TIMEOUT, StateProblem, check};
+    match check(&args.state, CHECK_TIMEOUT).await {
+        Err(StateProblem::Config(e)) => Err(ServerError::Config(format!("--state: {e}"))),
+        Err(StateProblem::Unreachable(e)) if args.state_required => Err(ServerError::StateUnreachable(format!(
+            "--state-required: the state store is unreachable at start: {e}"
+        ))),
+        Err(StateProblem::Unreachable(e)) => {
+            tracing::warn!(
+                "--state: the state store is unreachable at start ({e}); deciding from this replica's memory and retrying (retryd_state_connected 0; --state-required refuses to start instead)"
+            );
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+/// With `--state-required`, waits for the store's own connection (which
+/// also covers Cluster seeds and Sentinel, which [`check_state`] does not
+/// dial): exit 1 if it is not up within the check's timeout.
+pub async fn require_connected(args: &FleetArgs, connected: impl Fn() -> bool) -> Result<(), super::run::ServerError> {
+    use super::state_check::{CHECK_TIMEOUT, redacted, wait_connected};
+    if !args.state_required || args.state.trim() == "memory" || wait_connected(connected, CHECK_TIMEOUT).await {
+        return Ok(());
+    }
+    Err(super::run::ServerError::StateUnreachable(format!(
+        "--state-required: the state store {} did not connect within {} s of start",
+        redacted(args.state.trim()),
+        CHECK_TIMEOUT.as_secs()
+    )))
 }

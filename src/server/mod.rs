@@ -40,6 +40,7 @@ pub mod reload;
 pub mod run;
 pub mod shutdown;
 pub mod socket;
+pub mod state_check;
 pub mod tls;
 pub mod wire;
 
@@ -144,11 +145,14 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
             .shadow_reloader
             .take()
             .map(|r| reload::start(r, args.policy_watch));
+        // Before the store starts dialling, so a broken --state is named once.
+        fleet::check_state(&args.fleet).await?;
         let (fleet, operators) = match fleet::build(&args.fleet) {
             Ok(built) => built,
             Err(e) => return Err(ServerError::Config(e)),
         };
         tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
+        fleet::require_connected(&args.fleet, || fleet.store().connected()).await?;
         fleet.spawn_upkeep(Duration::from_millis(500));
         let exporter = match args.otlp_endpoint() {
             None => None,
