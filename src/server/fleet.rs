@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::state_check::{CHECK_TIMEOUT, StateProblem, check, redacted, wait_connected};
 use crate::doors::peers::Operators;
 use crate::fleet::{Fleet, FleetConfig, PlacementLimits};
 
@@ -123,14 +124,13 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
 }
 
 /// Checks `--state` before the store starts (see [`super::state_check`]):
-/// a configuration error is returned as one (exit 2); an unreachable store
-/// is an error only with `--state-required` (exit 1), else one warning.
-pub async fn check_state(args: &FleetArgs) -> Result<(), super::run::ServerError> {
-    use super::run::ServerError;
-    use super::state_check::{CHECK_TIMEOUT, StateProblem, check};
+/// a configuration error comes back as [`StateProblem::Config`] (exit 2); an
+/// unreachable store as [`StateProblem::Unreachable`] (exit 1) only with
+/// `--state-required`, else it is one warning.
+pub async fn check_state(args: &FleetArgs) -> Result<(), StateProblem> {
     match check(&args.state, CHECK_TIMEOUT).await {
-        Err(StateProblem::Config(e)) => Err(ServerError::Config(format!("--state: {e}"))),
-        Err(StateProblem::Unreachable(e)) if args.state_required => Err(ServerError::StateUnreachable(format!(
+        Err(StateProblem::Config(e)) => Err(StateProblem::Config(format!("--state: {e}"))),
+        Err(StateProblem::Unreachable(e)) if args.state_required => Err(StateProblem::Unreachable(format!(
             "--state-required: the state store is unreachable at start: {e}"
         ))),
         Err(StateProblem::Unreachable(e)) => {
@@ -145,13 +145,12 @@ pub async fn check_state(args: &FleetArgs) -> Result<(), super::run::ServerError
 
 /// With `--state-required`, waits for the store's own connection (which
 /// also covers Cluster seeds and Sentinel, which [`check_state`] does not
-/// dial): exit 1 if it is not up within the check's timeout.
-pub async fn require_connected(args: &FleetArgs, connected: impl Fn() -> bool) -> Result<(), super::run::ServerError> {
-    use super::state_check::{CHECK_TIMEOUT, redacted, wait_connected};
+/// dial): [`StateProblem::Unreachable`] if it is not up within the check's timeout.
+pub async fn require_connected(args: &FleetArgs, connected: impl Fn() -> bool) -> Result<(), StateProblem> {
     if !args.state_required || args.state.trim() == "memory" || wait_connected(connected, CHECK_TIMEOUT).await {
         return Ok(());
     }
-    Err(super::run::ServerError::StateUnreachable(format!(
+    Err(StateProblem::Unreachable(format!(
         "--state-required: the state store {} did not connect within {} s of start",
         redacted(args.state.trim()),
         CHECK_TIMEOUT.as_secs()

@@ -70,6 +70,15 @@ enum Stopped {
     Forced,
 }
 
+/// A `--state` problem at start as the server's error: the configuration's
+/// (exit 2) or the environment's (exit 1).
+fn state_error(p: state_check::StateProblem) -> ServerError {
+    match p {
+        state_check::StateProblem::Config(e) => ServerError::Config(e),
+        state_check::StateProblem::Unreachable(e) => ServerError::StateUnreachable(e),
+    }
+}
+
 /// Runs `retryd serve` and returns its exit code.
 pub fn serve_main(args: ServeArgs) -> ExitCode {
     if let Err(e) = logging::init(args.log_format, &args.log_level) {
@@ -146,13 +155,15 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
             .take()
             .map(|r| reload::start(r, args.policy_watch));
         // Before the store starts dialling, so a broken --state is named once.
-        fleet::check_state(&args.fleet).await?;
+        fleet::check_state(&args.fleet).await.map_err(state_error)?;
         let (fleet, operators) = match fleet::build(&args.fleet) {
             Ok(built) => built,
             Err(e) => return Err(ServerError::Config(e)),
         };
         tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
-        fleet::require_connected(&args.fleet, || fleet.store().connected()).await?;
+        fleet::require_connected(&args.fleet, || fleet.store().connected())
+            .await
+            .map_err(state_error)?;
         fleet.spawn_upkeep(Duration::from_millis(500));
         let exporter = match args.otlp_endpoint() {
             None => None,
