@@ -70,6 +70,22 @@ fn check(args: &CheckArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // A test table named as such (`policy check examples/policies/*.toml`
+    // names payments.test.toml too) is run as a test, never read as a
+    // catalog; it brings the catalog it sits beside.
+    let (tests, mut files): (Vec<_>, Vec<_>) = files.into_iter().partition(|f| load::is_test_file(f));
+    for t in &tests {
+        let beside = super::policy_test::catalog_beside(t);
+        if beside.is_file() && !files.contains(&beside) {
+            files.push(beside);
+        }
+    }
+    if files.is_empty() && !tests.is_empty() {
+        return match super::policy_test::check_tests(&files, &tests) {
+            Some(false) => ExitCode::FAILURE,
+            _ => ExitCode::SUCCESS,
+        };
+    }
     if files.is_empty() {
         let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
@@ -112,7 +128,7 @@ fn check(args: &CheckArgs) -> ExitCode {
     }
     println!("{} catalog file(s) OK", files.len());
     // The policy tests beside the files checked (x.test.toml, [[tests]]).
-    match super::policy_test::check_tests(&files) {
+    match super::policy_test::check_tests(&files, &tests) {
         Some(false) => ExitCode::FAILURE,
         _ => ExitCode::SUCCESS,
     }
