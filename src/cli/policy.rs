@@ -107,6 +107,10 @@ fn check(args: &CheckArgs) -> ExitCode {
                 continue;
             }
         };
+        if crate::core::catalog::amend::extends_of(&text).is_some() {
+            // An amendment is checked merged onto its base, below.
+            continue;
+        }
         match compile_catalog(&name, &text) {
             Ok(c) => match declared.iter().find(|(n, _)| *n == *c.name) {
                 Some((_, first)) => {
@@ -125,6 +129,24 @@ fn check(args: &CheckArgs) -> ExitCode {
     }
     if failed {
         return ExitCode::FAILURE;
+    }
+    // The files together with the embedded catalogs: amendments merged onto
+    // their bases, and an embedded catalog replaced whole only on purpose.
+    match load::load_policy_limited(&files, crate::core::policy::DEFAULT_CATALOG, args.max_policy_bytes) {
+        Ok(policy) => {
+            if !policy.notes().is_empty() {
+                for note in policy.notes() {
+                    eprintln!("error: {note}");
+                }
+                return ExitCode::FAILURE;
+            }
+        }
+        Err(e) => {
+            for line in e.lines() {
+                eprintln!("{line}");
+            }
+            return ExitCode::FAILURE;
+        }
     }
     println!("{} catalog file(s) OK", files.len());
     // The policy tests beside the files checked (x.test.toml, [[tests]]).

@@ -114,6 +114,9 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         policy_paths = ?source.paths,
         "policy loaded"
     );
+    for note in policy.notes() {
+        tracing::warn!("{note}");
+    }
     for dir in crate::load::empty_dirs(&source.paths) {
         tracing::warn!(dir = %dir.display(), "--policy directory holds no .toml file; only the embedded catalogs and other paths are served");
     }

@@ -2,6 +2,7 @@
 //! and a write may do. Catalogs are data (TOML under `policies/`); this module
 //! parses, validates and compiles them into the lookup form the engine uses.
 
+pub mod amend;
 pub mod budgets;
 mod compile;
 pub mod guess;
@@ -190,6 +191,26 @@ impl Catalog {
             .flat_map(|e| std::iter::once(&e.code).chain(e.aliases.iter()))
             .find(|spelling| spelling.eq_ignore_ascii_case(code))
             .map(|s| &**s)
+    }
+
+    /// Gives the rules of `codes` (which an amending file left as the base
+    /// had them) the base's rule ids, so a catalog amended under a new name
+    /// still reports `vibecode/QUEUE_OVERFLOW/read` for what vibecode decides.
+    pub fn keep_rule_ids(&mut self, base: &Catalog, codes: &[&str]) {
+        for entry in self.codes.iter_mut().filter(|e| codes.contains(&&*e.code)) {
+            let Some(from) = base.lookup(&entry.code) else { continue };
+            entry.read.id = from.read.id.clone();
+            entry.write.id = from.write.id.clone();
+            if let (Some(r), Some(f)) = (entry.retried_write.as_mut(), from.retried_write.as_ref()) {
+                r.id = f.id.clone();
+            }
+            if let (Some(r), Some(f)) = (
+                entry.write_with_retry_after.as_mut(),
+                from.write_with_retry_after.as_ref(),
+            ) {
+                r.id = f.id.clone();
+            }
+        }
     }
 
     /// Every known code, in file order.
