@@ -4,6 +4,8 @@
 //! `policy check`; cycles, unknown bases, alias clashes and mistakes in the
 //! amendment are errors at the amending file's lines. The real binary.
 
+mod grpc_support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -212,4 +214,65 @@ fn mistakes_in_an_amendment_are_errors_at_its_own_lines() {
         assert!(err.contains(expected), "{name}: expected {expected:?} in\n{err}");
         std::fs::remove_dir_all(&d).unwrap();
     }
+}
+
+#[tokio::test]
+async fn list_catalogs_says_where_each_code_came_from() {
+    let text = AMEND.replacen("name = \"vibecode\"", "name = \"my_vibecode\"", 1);
+    let d = dir("list", &[("mine.toml", &text)]);
+    let server = grpc_support::Server::start(&["--policy", d.to_str().unwrap()]);
+    let mut client = server.client().await;
+    let catalogs = client
+        .list_catalogs(retryd::grpc::pb::ListCatalogsRequest::default())
+        .await
+        .expect("ListCatalogs")
+        .into_inner()
+        .catalogs;
+    let mine = catalogs.iter().find(|c| c.name == "my_vibecode").expect("my_vibecode");
+    assert_eq!(mine.extends, "vibecode");
+    let origin = |code: &str| mine.codes.iter().find(|c| c.code == code).map(|c| c.origin.clone());
+    assert_eq!(origin("QUEUE_OVERFLOW").as_deref(), Some("base"));
+    assert_eq!(origin("BITRIX_TIMEOUT").as_deref(), Some("amended"));
+    assert_eq!(origin("PORTAL_MOVED").as_deref(), Some("added"));
+    assert_eq!(origin("DB_TRANSIENT"), None, "removed");
+    let vibecode = catalogs.iter().find(|c| c.name == "vibecode").expect("vibecode");
+    assert!(vibecode.extends.is_empty() && vibecode.codes.iter().all(|c| c.origin.is_empty()));
+
+    // The HTTP door says the same.
+    let body = grpc_support::http_get(server.addr, "/v1/catalogs");
+    let v: serde_json::Value = serde_json::from_str(&dechunk(&body)).expect("JSON");
+    let mine = v["catalogs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "my_vibecode")
+        .unwrap()
+        .clone();
+    assert_eq!(mine["extends"], "vibecode");
+    let added = mine["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["code"] == "PORTAL_MOVED")
+        .unwrap()
+        .clone();
+    assert_eq!(added["origin"], "added");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The body of a chunked HTTP/1.1 answer (a body that is not chunked as is).
+fn dechunk(body: &str) -> String {
+    if body.starts_with('{') {
+        return body.to_owned();
+    }
+    let (mut out, mut rest) = (String::new(), body);
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+        if n == 0 {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    out
 }

@@ -132,7 +132,9 @@ async fn execute(cmd: HoldsCommand) -> u8 {
     };
     let failed = |s: tonic::Status| {
         match s.code() {
-            tonic::Code::PermissionDenied => eprintln!("retryd holds: {}", not_an_operator(&s, &conn)),
+            tonic::Code::PermissionDenied => {
+                eprintln!("retryd holds: PermissionDenied: {}", not_an_operator(&s, &conn))
+            }
             code => eprintln!("retryd holds: {code:?}: {}", s.message()),
         }
         EXIT_FAILED

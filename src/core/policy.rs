@@ -108,6 +108,7 @@ impl<'s> Builder<'s> {
             .map(|(n, _)| n.as_str())
             .collect();
         c.keep_rule_ids(&self.catalogs[b], &unchanged);
+        c.set_amended(base, &merged.origins);
         let digest: [u8; 32] = Sha256::digest(merged.text.as_bytes()).into();
         match self.catalogs.iter().position(|old| old.name == c.name) {
             // Amended in place (`name` = `extends`), embedded or not.

@@ -2351,7 +2351,11 @@ type Catalog struct {
 	// 00:00 UTC`, `rolling 86400000 ms`); empty when the catalog has no rule.
 	QuotaReset string `protobuf:"bytes,14,opt,name=quota_reset,json=quotaReset,proto3" json:"quota_reset,omitempty"`
 	// The fleet retry budgets the catalog declares, in catalog order.
-	Budgets       []*CatalogBudget `protobuf:"bytes,15,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	Budgets []*CatalogBudget `protobuf:"bytes,15,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	// The catalog this one amends (`extends` in its file), e.g. "vibecode";
+	// empty when it was written whole. Each code's origin says what the
+	// amendment did to it.
+	Extends       string `protobuf:"bytes,16,opt,name=extends,proto3" json:"extends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2491,6 +2495,13 @@ func (x *Catalog) GetBudgets() []*CatalogBudget {
 	return nil
 }
 
+func (x *Catalog) GetExtends() string {
+	if x != nil {
+		return x.Extends
+	}
+	return ""
+}
+
 // Bounded exponential backoff: the wait after attempt n is drawn from
 // [m/2, m] with m = min(cap_ms, base_ms * multiplier^(n-1)).
 type Backoff struct {
@@ -2590,7 +2601,12 @@ type CatalogCode struct {
 	// The full rule for a write with a Retry-After; unset when there is none.
 	WriteWithRetryAfter *CatalogRule `protobuf:"bytes,13,opt,name=write_with_retry_after,json=writeWithRetryAfter,proto3" json:"write_with_retry_after,omitempty"`
 	// The cap on this code's delays and holds, in milliseconds.
-	MaxDelayMs    uint64 `protobuf:"varint,14,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
+	MaxDelayMs uint64 `protobuf:"varint,14,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
+	// Where the code came from in an amended catalog (Catalog.extends set):
+	// "base" (the base catalog's, unchanged), "amended" (the base's, with
+	// keys the amending file changed) or "added" (new in the amending file);
+	// empty in a catalog written whole.
+	Origin        string `protobuf:"bytes,15,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2721,6 +2737,13 @@ func (x *CatalogCode) GetMaxDelayMs() uint64 {
 		return x.MaxDelayMs
 	}
 	return 0
+}
+
+func (x *CatalogCode) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
 }
 
 // What a catalog answers for one code and one operation, before limits,
@@ -3581,7 +3604,7 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x14ListCatalogsResponse\x12.\n" +
 	"\bcatalogs\x18\x01 \x03(\v2\x12.retryd.v1.CatalogR\bcatalogs\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\tR\rpolicyVersion\x12'\n" +
-	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xd5\x04\n" +
+	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xef\x04\n" +
 	"\aCatalog\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -3604,13 +3627,14 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"maxDelayMs\x12\x1f\n" +
 	"\vquota_reset\x18\x0e \x01(\tR\n" +
 	"quotaReset\x122\n" +
-	"\abudgets\x18\x0f \x03(\v2\x18.retryd.v1.CatalogBudgetR\abudgets\"Y\n" +
+	"\abudgets\x18\x0f \x03(\v2\x18.retryd.v1.CatalogBudgetR\abudgets\x12\x18\n" +
+	"\aextends\x18\x10 \x01(\tR\aextends\"Y\n" +
 	"\aBackoff\x12\x17\n" +
 	"\abase_ms\x18\x01 \x01(\x04R\x06baseMs\x12\x1e\n" +
 	"\n" +
 	"multiplier\x18\x02 \x01(\x01R\n" +
 	"multiplier\x12\x15\n" +
-	"\x06cap_ms\x18\x03 \x01(\x04R\x05capMs\"\x8d\x06\n" +
+	"\x06cap_ms\x18\x03 \x01(\x04R\x05capMs\"\xa5\x06\n" +
 	"\vCatalogCode\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\aaliases\x18\x02 \x03(\tR\aaliases\x12?\n" +
@@ -3627,7 +3651,8 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\rretried_write\x18\f \x01(\v2\x16.retryd.v1.CatalogRuleR\fretriedWrite\x12K\n" +
 	"\x16write_with_retry_after\x18\r \x01(\v2\x16.retryd.v1.CatalogRuleR\x13writeWithRetryAfter\x12 \n" +
 	"\fmax_delay_ms\x18\x0e \x01(\x04R\n" +
-	"maxDelayMsB\x18\n" +
+	"maxDelayMs\x12\x16\n" +
+	"\x06origin\x18\x0f \x01(\tR\x06originB\x18\n" +
 	"\x16_retried_write_verdictB!\n" +
 	"\x1f_write_with_retry_after_verdict\"\x95\x04\n" +
 	"\vCatalogRule\x12\x12\n" +

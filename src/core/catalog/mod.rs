@@ -174,6 +174,18 @@ pub struct Catalog {
     index: FxHashMap<Box<str>, usize>,
     unknown: CodeEntry,
     no_envelope: CodeEntry,
+    /// What this catalog amends and where each code came from; `None` for a
+    /// catalog written whole.
+    amended: Option<Amended>,
+}
+
+/// What an amending file made of its base (see [`amend`]).
+#[derive(Debug, Clone)]
+pub struct Amended {
+    /// The base catalog's name (`extends`).
+    pub base: Box<str>,
+    /// Each code of the merged catalog and where it came from.
+    pub origins: Vec<(Box<str>, amend::CodeOrigin)>,
 }
 
 impl Catalog {
@@ -211,6 +223,25 @@ impl Catalog {
                 r.id = f.id.clone();
             }
         }
+    }
+
+    /// The catalog this one amends, if it was made with `extends`.
+    pub fn extends(&self) -> Option<&str> {
+        self.amended.as_ref().map(|a| &*a.base)
+    }
+
+    /// Where `code` came from, in a catalog made with `extends`.
+    pub fn origin_of(&self, code: &str) -> Option<amend::CodeOrigin> {
+        let a = self.amended.as_ref()?;
+        a.origins.iter().find(|(c, _)| **c == *code).map(|(_, o)| *o)
+    }
+
+    /// Records that this catalog amends `base`, with its codes' origins.
+    pub fn set_amended(&mut self, base: &str, origins: &[(String, amend::CodeOrigin)]) {
+        self.amended = Some(Amended {
+            base: base.into(),
+            origins: origins.iter().map(|(c, o)| (c.as_str().into(), *o)).collect(),
+        });
     }
 
     /// Every known code, in file order.

@@ -395,7 +395,7 @@ class ListCatalogsResponse(_message.Message):
     def __init__(self, catalogs: _Optional[_Iterable[_Union[Catalog, _Mapping]]] = ..., policy_version: _Optional[str] = ..., default_catalog: _Optional[str] = ...) -> None: ...
 
 class Catalog(_message.Message):
-    __slots__ = ("name", "description", "max_attempts", "backoff", "schedule_ms", "codes", "unknown", "no_envelope", "locales", "exhausted_terminal_state", "read_words", "write_words", "max_delay_ms", "quota_reset", "budgets")
+    __slots__ = ("name", "description", "max_attempts", "backoff", "schedule_ms", "codes", "unknown", "no_envelope", "locales", "exhausted_terminal_state", "read_words", "write_words", "max_delay_ms", "quota_reset", "budgets", "extends")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +411,7 @@ class Catalog(_message.Message):
     MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     QUOTA_RESET_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    EXTENDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     max_attempts: int
@@ -426,7 +427,8 @@ class Catalog(_message.Message):
     max_delay_ms: int
     quota_reset: str
     budgets: _containers.RepeatedCompositeFieldContainer[CatalogBudget]
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., max_attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., schedule_ms: _Optional[_Iterable[int]] = ..., codes: _Optional[_Iterable[_Union[CatalogCode, _Mapping]]] = ..., unknown: _Optional[_Union[CatalogCode, _Mapping]] = ..., no_envelope: _Optional[_Union[CatalogCode, _Mapping]] = ..., locales: _Optional[_Iterable[str]] = ..., exhausted_terminal_state: _Optional[str] = ..., read_words: _Optional[_Iterable[str]] = ..., write_words: _Optional[_Iterable[str]] = ..., max_delay_ms: _Optional[int] = ..., quota_reset: _Optional[str] = ..., budgets: _Optional[_Iterable[_Union[CatalogBudget, _Mapping]]] = ...) -> None: ...
+    extends: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., max_attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., schedule_ms: _Optional[_Iterable[int]] = ..., codes: _Optional[_Iterable[_Union[CatalogCode, _Mapping]]] = ..., unknown: _Optional[_Union[CatalogCode, _Mapping]] = ..., no_envelope: _Optional[_Union[CatalogCode, _Mapping]] = ..., locales: _Optional[_Iterable[str]] = ..., exhausted_terminal_state: _Optional[str] = ..., read_words: _Optional[_Iterable[str]] = ..., write_words: _Optional[_Iterable[str]] = ..., max_delay_ms: _Optional[int] = ..., quota_reset: _Optional[str] = ..., budgets: _Optional[_Iterable[_Union[CatalogBudget, _Mapping]]] = ..., extends: _Optional[str] = ...) -> None: ...
 
 class Backoff(_message.Message):
     __slots__ = ("base_ms", "multiplier", "cap_ms")
@@ -439,7 +441,7 @@ class Backoff(_message.Message):
     def __init__(self, base_ms: _Optional[int] = ..., multiplier: _Optional[float] = ..., cap_ms: _Optional[int] = ...) -> None: ...
 
 class CatalogCode(_message.Message):
-    __slots__ = ("code", "aliases", "target_reached", "read_verdict", "write_verdict", "delay", "condition", "retried_write_verdict", "write_with_retry_after_verdict", "read", "write", "retried_write", "write_with_retry_after", "max_delay_ms")
+    __slots__ = ("code", "aliases", "target_reached", "read_verdict", "write_verdict", "delay", "condition", "retried_write_verdict", "write_with_retry_after_verdict", "read", "write", "retried_write", "write_with_retry_after", "max_delay_ms", "origin")
     CODE_FIELD_NUMBER: _ClassVar[int]
     ALIASES_FIELD_NUMBER: _ClassVar[int]
     TARGET_REACHED_FIELD_NUMBER: _ClassVar[int]
@@ -454,6 +456,7 @@ class CatalogCode(_message.Message):
     RETRIED_WRITE_FIELD_NUMBER: _ClassVar[int]
     WRITE_WITH_RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     code: str
     aliases: _containers.RepeatedScalarFieldContainer[str]
     target_reached: TargetReached
@@ -468,7 +471,8 @@ class CatalogCode(_message.Message):
     retried_write: CatalogRule
     write_with_retry_after: CatalogRule
     max_delay_ms: int
-    def __init__(self, code: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., target_reached: _Optional[_Union[TargetReached, str]] = ..., read_verdict: _Optional[_Union[Verdict, str]] = ..., write_verdict: _Optional[_Union[Verdict, str]] = ..., delay: _Optional[str] = ..., condition: _Optional[str] = ..., retried_write_verdict: _Optional[_Union[Verdict, str]] = ..., write_with_retry_after_verdict: _Optional[_Union[Verdict, str]] = ..., read: _Optional[_Union[CatalogRule, _Mapping]] = ..., write: _Optional[_Union[CatalogRule, _Mapping]] = ..., retried_write: _Optional[_Union[CatalogRule, _Mapping]] = ..., write_with_retry_after: _Optional[_Union[CatalogRule, _Mapping]] = ..., max_delay_ms: _Optional[int] = ...) -> None: ...
+    origin: str
+    def __init__(self, code: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., target_reached: _Optional[_Union[TargetReached, str]] = ..., read_verdict: _Optional[_Union[Verdict, str]] = ..., write_verdict: _Optional[_Union[Verdict, str]] = ..., delay: _Optional[str] = ..., condition: _Optional[str] = ..., retried_write_verdict: _Optional[_Union[Verdict, str]] = ..., write_with_retry_after_verdict: _Optional[_Union[Verdict, str]] = ..., read: _Optional[_Union[CatalogRule, _Mapping]] = ..., write: _Optional[_Union[CatalogRule, _Mapping]] = ..., retried_write: _Optional[_Union[CatalogRule, _Mapping]] = ..., write_with_retry_after: _Optional[_Union[CatalogRule, _Mapping]] = ..., max_delay_ms: _Optional[int] = ..., origin: _Optional[str] = ...) -> None: ...
 
 class CatalogRule(_message.Message):
     __slots__ = ("rule", "verdict", "side_effect_state", "required_transition", "reconciliation_action", "scope", "reconcile_before_retry", "reason", "hold_kind", "hold_scope", "hold_ms", "probe_every_ms")
