@@ -181,27 +181,28 @@ def files_of(tree):
 def run_snippet(code, cwd, env):
     """(exit status or why it failed, output, whether it left processes
     running) of one snippet; whatever it left running (its own process
-    group) is stopped after it."""
-    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", code], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=SNIPPET_TIMEOUT_S)
-        status = proc.returncode
-    except subprocess.TimeoutExpired:
-        status = f"timed out after {SNIPPET_TIMEOUT_S} s"
-        out = b""
-    left_running = False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    group) is stopped after it. The output goes to a file, so a background
+    process that keeps the snippet's stdout open cannot hold the run up."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", code], cwd=cwd, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        left_running = True
-        time.sleep(0.5)
-    if proc.poll() is None:
-        proc.kill()
-    rest, _ = proc.communicate()
-    return status, (out + (rest or b"")).decode(errors="replace"), left_running
+            status = proc.wait(timeout=SNIPPET_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            status = f"timed out after {SNIPPET_TIMEOUT_S} s"
+        left_running = False
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            left_running = True
+            time.sleep(0.5)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.seek(0)
+        return status, out.read().decode(errors="replace"), left_running
 
 
 class Server:
