@@ -173,3 +173,85 @@ fn the_read_reason_of_bitrix_timeout_speaks_of_the_read() {
     assert!(!reason.contains("write"), "{reason}");
     assert!(reason.contains("read"), "{reason}");
 }
+
+#[test]
+fn a_misspelt_code_gets_a_guess_and_a_number_never_does() {
+    let out = classify(&["--code", "BITRIX_TIMOUT", "--operation", "write"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("vibecode/BITRIX_TIMOUT (unknown)"), "{text}");
+    assert!(
+        text.contains("warning:      unknown_code: did you mean BITRIX_TIMEOUT?"),
+        "{text}"
+    );
+    let d = json(&["--code", "QUEUE_OVERFLWO", "--format", "json"]);
+    assert_eq!(d["rule"], "vibecode/unknown/write");
+    assert!(
+        d["warnings"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("unknown_code: did you mean QUEUE_OVERFLOW?"),
+        "{d}"
+    );
+    // 509 is one digit from 503, but a number is another status, not a typo.
+    for (catalog, code) in [("http", "509"), ("grpc", "99"), ("vibecode", "TOTALLY_UNRELATED")] {
+        let d = json(&["--catalog", catalog, "--code", code, "--format", "json"]);
+        let warnings = d["warnings"].as_array().expect("warnings");
+        assert!(
+            !warnings.iter().any(|w| w.as_str().unwrap().contains("did you mean")),
+            "{catalog}/{code}: {d}"
+        );
+    }
+}
+
+#[test]
+fn the_text_format_opens_with_what_to_do() {
+    let first_line = |args: &[&str]| {
+        let out = classify(args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--code", "BITRIX_TIMEOUT", "--operation", "write"],
+            "read back first: the write may have been applied; check (read_back_by_business_key) before sending it again",
+        ),
+        (
+            &["--code", "BITRIX_TIMEOUT", "--operation", "read"],
+            "retry after 500–1000 ms, attempt 2 of 5",
+        ),
+        (
+            &["--catalog", "frontspin", "--code", "RATE_LIMITED", "--tenant", "acme"],
+            "retry after 15 min",
+        ),
+        (&["--code", "BITRIX_ERROR", "--operation", "read"], "fix, then retry: "),
+        (
+            &["--code", "QUEUE_OVERFLOW", "--operation", "read", "--attempt", "5"],
+            "do not retry: ",
+        ),
+        (
+            &[
+                "--code",
+                "BITRIX_TIMEOUT",
+                "--operation",
+                "write",
+                "--read-back",
+                "present",
+            ],
+            "already applied: the write took effect; do not send it again",
+        ),
+    ];
+    for (args, expected) in cases {
+        let line = first_line(args);
+        assert!(line.starts_with(expected), "{args:?}: {line:?}");
+    }
+    // The verdict still follows, on the line after.
+    let out = classify(&["--code", "BITRIX_ERROR", "--operation", "read"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().next().unwrap().ends_with("(needs cause_fixed)"), "{text}");
+    assert_eq!(text.lines().nth(1), Some("verdict:      fix_before_retry"), "{text}");
+}

@@ -190,3 +190,46 @@ fn check_validates_budgets_and_matrix_lists_them() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn check_given_a_test_table_by_name_runs_it_as_a_test() {
+    // `retryd policy check examples/policies/*.toml`, as the shell expands it.
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policies");
+    let out = retryd(&[
+        "policy",
+        "check",
+        &format!("{examples}/payments.test.toml"),
+        &format!("{examples}/payments.toml"),
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("1 catalog file(s) OK"), "{stdout}");
+    assert!(
+        stdout.contains("9 passed, 0 failed, 0 error(s) in 1 test file(s)"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("missing"), "{stderr}");
+
+    // A failing case in a test table given by name fails the check.
+    let dir = temp_dir("glob");
+    std::fs::copy(format!("{examples}/payments.toml"), dir.join("payments.toml")).unwrap();
+    let tests = std::fs::read_to_string(format!("{examples}/payments.test.toml")).unwrap();
+    let broken = tests.replacen(
+        "verdict = \"state_verification_required\"",
+        "verdict = \"do_not_retry\"",
+        1,
+    );
+    assert_ne!(broken, tests, "the example's tests expect a verification somewhere");
+    std::fs::write(dir.join("payments.test.toml"), broken).unwrap();
+    let out = retryd(&["policy", "check", dir.join("payments.test.toml").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("FAIL ") && stderr.contains("payments.test.toml:"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

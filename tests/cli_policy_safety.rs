@@ -49,8 +49,12 @@ fn policies() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/policies")
 }
 
+/// The embedded vibecode as an operator's full copy of it: a copy that is
+/// edited replaces the embedded catalog on purpose (`replaces = true`, which
+/// `policy check` asks for).
 fn vibecode() -> String {
-    std::fs::read_to_string(Path::new(policies()).join("vibecode.toml")).unwrap()
+    let text = std::fs::read_to_string(Path::new(policies()).join("vibecode.toml")).unwrap();
+    format!("replaces = true\n{text}")
 }
 
 /// vibecode with BITRIX_TIMEOUT's write turned from a verification into a retry.

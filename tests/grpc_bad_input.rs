@@ -673,7 +673,7 @@ async fn message_and_batch_limits() {
     assert_eq!(field, "failures");
     assert!(description.contains("the limit is 5"), "{description}");
 
-    // Over --max-message-bytes: RESOURCE_EXHAUSTED, as the README documents,
+    // Over --max-message-bytes: RESOURCE_EXHAUSTED, as docs/limits.md documents,
     // for one big field and for the 1 MiB Retry-After alike.
     let mut f = read_503();
     f.method = "m".repeat(70_000);

@@ -196,7 +196,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Tracing off (the default): starting a span is one check of an unset
-/// cell. Measured here; the README quotes it.
+/// cell. Measured here; docs/operations.md quotes it.
 #[test]
 fn tracing_off_costs_nothing_measurable() {
     let metadata = tonic::metadata::MetadataMap::new();

@@ -1,5 +1,6 @@
 //! `retryd classify`: decide one failure locally, on the embedded policy.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
@@ -154,7 +155,8 @@ pub fn run(args: &ClassifyArgs) -> ExitCode {
     let now = args.now.unwrap_or_else(UnixMillis::now);
     match decide(&policy, &failure, now) {
         Ok(decision) => {
-            println!("{}", render(&decision, args.format));
+            // A closed pipe (`| head -1`) ends the output, not in a panic.
+            let _ = writeln!(std::io::stdout().lock(), "{}", render(&decision, args.format));
             ExitCode::SUCCESS
         }
         Err(e) => {

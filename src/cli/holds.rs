@@ -135,7 +135,12 @@ async fn execute(cmd: HoldsCommand) -> u8 {
         }
     };
     let failed = |s: tonic::Status| {
-        eprintln!("retryd holds: {:?}: {}", s.code(), s.message());
+        match s.code() {
+            tonic::Code::PermissionDenied => {
+                eprintln!("retryd holds: PermissionDenied: {}", not_an_operator(&s, &conn))
+            }
+            code => eprintln!("retryd holds: {code:?}: {}", s.message()),
+        }
         EXIT_FAILED
     };
     match cmd {
@@ -209,6 +214,32 @@ async fn execute(cmd: HoldsCommand) -> u8 {
             }
             0
         }
+    }
+}
+
+/// What to do when the server says the caller is not an operator, in this
+/// command's own flags: the server names which of the three cases it saw
+/// (`no_operators_configured`, `wrong_token`, `no_credentials`; see
+/// `doors::peers::Refusal`); a server that does not say is judged by
+/// whether a token was sent.
+fn not_an_operator(s: &tonic::Status, conn: &Connection) -> String {
+    let said = s.message();
+    let addr = &conn.addr;
+    let certificate =
+        "or connect with a client certificate the server lists in --operator-identities (--tls-cert and --tls-key)";
+    if said.contains("no_operators_configured") {
+        format!(
+            "the server at {addr} has no operators: start it with --operator-token-file PATH (then pass the same file here as --token-file PATH), --operator-identities or --operator-allow-loopback"
+        )
+    } else if let Some(path) = conn.token_file.as_ref().filter(|_| !said.contains("no_credentials")) {
+        format!(
+            "the token in --token-file {} is not the operator token of the server at {addr}: pass the file the server reads with --operator-token-file, {certificate}",
+            path.display()
+        )
+    } else {
+        format!(
+            "this needs an operator: pass the operator token with --token-file PATH (env RETRYD_OPERATOR_TOKEN_FILE; the file the server at {addr} reads with --operator-token-file), {certificate}"
+        )
     }
 }
 

@@ -70,6 +70,22 @@ fn check(args: &CheckArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // A test table named as such (`policy check examples/policies/*.toml`
+    // names payments.test.toml too) is run as a test, never read as a
+    // catalog; it brings the catalog it sits beside.
+    let (tests, mut files): (Vec<_>, Vec<_>) = files.into_iter().partition(|f| load::is_test_file(f));
+    for t in &tests {
+        let beside = super::policy_test::catalog_beside(t);
+        if beside.is_file() && !files.contains(&beside) {
+            files.push(beside);
+        }
+    }
+    if files.is_empty() && !tests.is_empty() {
+        return match super::policy_test::check_tests(&files, &tests) {
+            Some(false) => ExitCode::FAILURE,
+            _ => ExitCode::SUCCESS,
+        };
+    }
     if files.is_empty() {
         let paths: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
@@ -91,6 +107,10 @@ fn check(args: &CheckArgs) -> ExitCode {
                 continue;
             }
         };
+        if crate::core::catalog::amend::extends_of(&text).is_some() {
+            // An amendment is checked merged onto its base, below.
+            continue;
+        }
         match compile_catalog(&name, &text) {
             Ok(c) => match declared.iter().find(|(n, _)| *n == *c.name) {
                 Some((_, first)) => {
@@ -110,9 +130,27 @@ fn check(args: &CheckArgs) -> ExitCode {
     if failed {
         return ExitCode::FAILURE;
     }
+    // The files together with the embedded catalogs: amendments merged onto
+    // their bases, and an embedded catalog replaced whole only on purpose.
+    match load::load_policy_limited(&files, crate::core::policy::DEFAULT_CATALOG, args.max_policy_bytes) {
+        Ok(policy) => {
+            if !policy.notes().is_empty() {
+                for note in policy.notes() {
+                    eprintln!("error: {note}");
+                }
+                return ExitCode::FAILURE;
+            }
+        }
+        Err(e) => {
+            for line in e.lines() {
+                eprintln!("{line}");
+            }
+            return ExitCode::FAILURE;
+        }
+    }
     println!("{} catalog file(s) OK", files.len());
     // The policy tests beside the files checked (x.test.toml, [[tests]]).
-    match super::policy_test::check_tests(&files) {
+    match super::policy_test::check_tests(&files, &tests) {
         Some(false) => ExitCode::FAILURE,
         _ => ExitCode::SUCCESS,
     }

@@ -100,7 +100,7 @@ fn find(paths: &[PathBuf]) -> Result<Found, String> {
 }
 
 /// `x.toml` for `x.test.toml`.
-fn catalog_beside(test_file: &Path) -> PathBuf {
+pub(super) fn catalog_beside(test_file: &Path) -> PathBuf {
     let name = test_file.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     test_file.with_file_name(format!("{}.toml", name.trim_end_matches(".test.toml")))
 }
@@ -204,13 +204,15 @@ fn test_exit(report: &test::Report) -> ExitCode {
 }
 
 /// The tests beside the catalog files `files` that `policy check` checked
-/// (each a valid catalog): `None` when there are none, else whether all pass
-/// (the report is printed).
-pub fn check_tests(files: &[PathBuf]) -> Option<bool> {
-    let has_tests = files.iter().any(|f| {
-        tests_beside(f).is_file()
-            || load::read_file(f, load::DEFAULT_MAX_POLICY_BYTES).is_ok_and(|t| test::has_tests_section(&t))
-    });
+/// (each a valid catalog), and the test tables `extra` it was given by
+/// name: `None` when there are none, else whether all pass (the report is
+/// printed).
+pub fn check_tests(files: &[PathBuf], extra: &[PathBuf]) -> Option<bool> {
+    let has_tests = !extra.is_empty()
+        || files.iter().any(|f| {
+            tests_beside(f).is_file()
+                || load::read_file(f, load::DEFAULT_MAX_POLICY_BYTES).is_ok_and(|t| test::has_tests_section(&t))
+        });
     if !has_tests {
         return None;
     }
@@ -223,7 +225,7 @@ pub fn check_tests(files: &[PathBuf]) -> Option<bool> {
             return Some(false);
         }
     };
-    let report = run_tables(files, &[], &policy);
+    let report = run_tables(files, extra, &policy);
     let text = report.to_text();
     let ok = report.errors.is_empty() && report.failed.is_empty();
     if ok {

@@ -3,7 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::catalog::{Catalog, CatalogError, compile_catalog, line_of_key};
+use super::catalog::{Catalog, CatalogError, amend, compile_catalog, line_of_key};
 
 /// The catalogs compiled into the binary: `(file name, TOML text)`.
 pub const EMBEDDED: &[(&str, &str)] = &[
@@ -39,6 +39,121 @@ pub struct Policy {
     catalogs: Vec<Catalog>,
     default: usize,
     version: Box<str>,
+    notes: Vec<String>,
+}
+
+/// The catalogs being put together, with their texts (for amendments).
+#[derive(Default)]
+struct Builder<'s> {
+    errors: Vec<CatalogError>,
+    catalogs: Vec<Catalog>,
+    /// (name, digest of the text compiled), for the version.
+    hashed: Vec<(String, [u8; 32])>,
+    /// The file each catalog came from, whether it is embedded, and the TOML it was compiled from.
+    origins: Vec<(&'s str, bool, String)>,
+    notes: Vec<String>,
+}
+
+impl<'s> Builder<'s> {
+    /// A catalog file without `extends`.
+    fn add(&mut self, file: &'s str, text: &'s str) {
+        let c = match compile_catalog(file, text) {
+            Ok(c) => c,
+            Err(mut e) => return self.errors.append(&mut e),
+        };
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        match self.catalogs.iter().position(|old| old.name == c.name) {
+            Some(i) if !self.origins[i].1 => {
+                self.errors.push(duplicate_name(file, text, &c.name, self.origins[i].0));
+            }
+            Some(i) => {
+                // A copy of the embedded catalog itself replaces nothing.
+                if !amend::replaces_of(text) && !EMBEDDED.iter().any(|(_, t)| *t == text) {
+                    self.notes.push(replaced_note(&c, &self.catalogs[i]));
+                }
+                self.hashed[i] = (c.name.to_string(), digest);
+                self.catalogs[i] = c;
+                self.origins[i] = (file, is_embedded(file, text), text.to_owned());
+            }
+            None => {
+                self.hashed.push((c.name.to_string(), digest));
+                self.catalogs.push(c);
+                self.origins.push((file, is_embedded(file, text), text.to_owned()));
+            }
+        }
+    }
+
+    /// A catalog file that extends `base` (loaded).
+    fn amend(&mut self, file: &'s str, text: &'s str, base: &str) {
+        let Some(b) = self.catalogs.iter().position(|c| *c.name == *base) else {
+            return;
+        };
+        let merged = match amend::merge(file, text, base, &self.origins[b].2) {
+            Ok(m) => m,
+            Err(mut e) => return self.errors.append(&mut e),
+        };
+        let mut c = match compile_catalog(file, &merged.text) {
+            Ok(c) => c,
+            Err(e) => {
+                let located = e
+                    .into_iter()
+                    .map(|e| amend::locate_error(e, text, base, &merged.origins));
+                return self.errors.extend(located);
+            }
+        };
+        let unchanged: Vec<&str> = merged
+            .origins
+            .iter()
+            .filter(|(_, o)| *o == amend::CodeOrigin::Base)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        c.keep_rule_ids(&self.catalogs[b], &unchanged);
+        c.set_amended(base, &merged.origins);
+        let digest: [u8; 32] = Sha256::digest(merged.text.as_bytes()).into();
+        match self.catalogs.iter().position(|old| old.name == c.name) {
+            // Amended in place (`name` = `extends`), embedded or not.
+            Some(i) if i == b => {
+                self.hashed[i] = (c.name.to_string(), digest);
+                self.catalogs[i] = c;
+                self.origins[i] = (file, false, merged.text);
+            }
+            Some(i) => {
+                self.errors.push(CatalogError {
+                    file: file.to_owned(),
+                    line: line_of_key(text, "name"),
+                    key: "name".to_owned(),
+                    message: format!(
+                        "catalog {:?} is already loaded (from {}); to amend it, say extends = {:?}",
+                        c.name, self.origins[i].0, c.name
+                    ),
+                });
+            }
+            None => {
+                self.hashed.push((c.name.to_string(), digest));
+                self.catalogs.push(c);
+                self.origins.push((file, false, merged.text));
+            }
+        }
+    }
+}
+
+/// The note for an embedded catalog replaced whole by `new` without `replaces = true`.
+pub fn replaced_note(new: &Catalog, embedded: &Catalog) -> String {
+    format!(
+        "catalog {name} replaces the embedded one: {} code(s) instead of {}; amend it with extends = \"{name}\" (or say replaces = true to replace it whole)",
+        new.codes().len(),
+        embedded.codes().len(),
+        name = new.name
+    )
+}
+
+/// The `name` a catalog file declares, if its TOML says one.
+fn declared_name(text: &str) -> Option<String> {
+    text.parse::<toml::Table>()
+        .ok()?
+        .get("name")
+        .and_then(toml::Value::as_str)
+        .map(str::to_owned)
 }
 
 impl Policy {
@@ -48,39 +163,63 @@ impl Policy {
     }
 
     /// Builds from `(file, text)` sources. A later catalog with the name of
-    /// an earlier one replaces it whole.
+    /// an embedded one replaces it whole (noted in [`Policy::notes`] unless
+    /// it says `replaces = true`); a catalog that says `extends = "base"` is
+    /// merged onto the base (see [`super::catalog::amend`]), after every
+    /// catalog it could extend is loaded.
     pub fn from_sources<'s>(
         sources: impl IntoIterator<Item = (&'s str, &'s str)>,
         default_catalog: &str,
     ) -> Result<Policy, PolicyError> {
-        let mut errors = Vec::new();
-        let mut catalogs: Vec<Catalog> = Vec::new();
-        let mut hashed: Vec<(String, [u8; 32])> = Vec::new();
-        // The file each catalog came from, and whether it is embedded.
-        let mut origins: Vec<(&'s str, bool)> = Vec::new();
+        let mut b = Builder::default();
+        let mut amending: Vec<(&'s str, &'s str, String)> = Vec::new();
         for (file, text) in sources {
-            match compile_catalog(file, text) {
-                Ok(c) => {
-                    let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
-                    match catalogs.iter().position(|old| old.name == c.name) {
-                        Some(i) if !origins[i].1 => {
-                            errors.push(duplicate_name(file, text, &c.name, origins[i].0));
-                        }
-                        Some(i) => {
-                            hashed[i] = (c.name.to_string(), digest);
-                            catalogs[i] = c;
-                            origins[i] = (file, is_embedded(file, text));
-                        }
-                        None => {
-                            hashed.push((c.name.to_string(), digest));
-                            catalogs.push(c);
-                            origins.push((file, is_embedded(file, text)));
-                        }
-                    }
-                }
-                Err(mut e) => errors.append(&mut e),
+            match amend::extends_of(text) {
+                Some(base) => amending.push((file, text, base)),
+                None => b.add(file, text),
             }
         }
+        // Amendments in dependency order: each once its base is loaded.
+        while !amending.is_empty() {
+            let before = amending.len();
+            let mut waiting = Vec::new();
+            for (file, text, base) in amending {
+                if b.catalogs.iter().any(|c| *c.name == *base) {
+                    b.amend(file, text, &base);
+                } else {
+                    waiting.push((file, text, base));
+                }
+            }
+            amending = waiting;
+            if amending.len() == before {
+                for (file, text, base) in &amending {
+                    let declared = |f: &(&str, &str, String)| declared_name(f.1);
+                    let message = if amending.iter().any(|f| declared(f).as_deref() == Some(base.as_str())) {
+                        let chain: Vec<String> = amending
+                            .iter()
+                            .map(|f| format!("{} extends {}", declared(f).unwrap_or_default(), f.2))
+                            .collect();
+                        format!("extends cycle: {}", chain.join(", "))
+                    } else {
+                        format!("unknown catalog {base:?}; catalogs: {}", names(&b.catalogs))
+                    };
+                    b.errors.push(CatalogError {
+                        file: (*file).to_owned(),
+                        line: line_of_key(text, "extends"),
+                        key: "extends".to_owned(),
+                        message,
+                    });
+                }
+                break;
+            }
+        }
+        let Builder {
+            errors,
+            catalogs,
+            mut hashed,
+            notes,
+            ..
+        } = b;
         if !errors.is_empty() {
             return Err(PolicyError::Invalid(errors));
         }
@@ -90,7 +229,8 @@ impl Policy {
                 available: names(&catalogs),
             });
         };
-        // The version covers every catalog's text and the default, in name order.
+        // The version covers every catalog's text (an amended one's merged
+        // text) and the default, in name order.
         hashed.sort();
         let mut h = Sha256::new();
         h.update(default_catalog.as_bytes());
@@ -105,7 +245,15 @@ impl Policy {
             catalogs,
             default,
             version: format!("sha256:{version}").into(),
+            notes,
         })
+    }
+
+    /// What the operator should know about how the catalogs were put
+    /// together (an embedded catalog replaced whole without `replaces = true`);
+    /// the server logs them as warnings, `policy check` refuses them.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// The catalog named `name`.

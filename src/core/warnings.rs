@@ -36,11 +36,14 @@ pub enum Warning {
     TimestampOutOfRange = 1 << 12,
     /// The fleet retry budget of the failure's scope is spent: the retry is deferred.
     BudgetExhausted = 1 << 13,
+    /// The code is unknown, but within two edits of a catalog code (a typo,
+    /// most likely; the unknown-code rule decided).
+    UnknownCode = 1 << 14,
 }
 
 impl Warning {
     /// Every warning, in bit order.
-    pub const ALL: [Warning; 14] = [
+    pub const ALL: [Warning; 15] = [
         Warning::RetryAfterUnparseable,
         Warning::LocaleUnsupported,
         Warning::ReadBackIgnoredForRead,
@@ -55,6 +58,7 @@ impl Warning {
         Warning::HoldRateLimited,
         Warning::TimestampOutOfRange,
         Warning::BudgetExhausted,
+        Warning::UnknownCode,
     ];
 
     /// A stable, English message with a machine-readable prefix.
@@ -96,12 +100,16 @@ impl Warning {
             Warning::BudgetExhausted => {
                 "budget_exhausted: the fleet retry budget of this scope is spent; the retry is deferred until its window has room"
             }
+            Warning::UnknownCode => {
+                "unknown_code: the code is not in the catalog but close to one of its codes, so the unknown-code rule decided"
+            }
         }
     }
 }
 
 /// A set of [`Warning`]s, with the catalog code a [`Warning::CodeCaseMismatch`]
-/// points to (borrowed from the catalog: no allocation).
+/// or [`Warning::UnknownCode`] points to (borrowed from the catalog: no
+/// allocation; at most one of the two is ever set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Warnings<'a> {
     bits: u16,
@@ -132,6 +140,13 @@ impl<'a> Warnings<'a> {
         self.case_match = Some(code);
     }
 
+    /// Adds [`Warning::UnknownCode`], naming the catalog code `code` the
+    /// unknown one is taken for.
+    pub fn add_unknown_code_guess(&mut self, code: &'a str) {
+        self.add(Warning::UnknownCode);
+        self.case_match = Some(code);
+    }
+
     /// Adds [`Warning::BudgetExhausted`] with the numbers it names.
     pub fn add_budget_exhausted(&mut self, note: BudgetNote) {
         self.add(Warning::BudgetExhausted);
@@ -143,7 +158,8 @@ impl<'a> Warnings<'a> {
         self.budget
     }
 
-    /// The catalog code a [`Warning::CodeCaseMismatch`] points to.
+    /// The catalog code a [`Warning::CodeCaseMismatch`] or
+    /// [`Warning::UnknownCode`] points to.
     pub fn case_match(self) -> Option<&'a str> {
         self.case_match
     }
@@ -175,8 +191,8 @@ impl<'a> Warnings<'a> {
 }
 
 /// The text of one warning: [`Warning::message`], except that
-/// `code_case_mismatch` names the catalog code (`code_case_mismatch: did you
-/// mean BITRIX_TIMEOUT? …`).
+/// `code_case_mismatch` and `unknown_code` name the catalog code
+/// (`unknown_code: did you mean BITRIX_TIMEOUT? …`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WarningText<'a> {
     warning: Warning,
@@ -190,6 +206,10 @@ impl std::fmt::Display for WarningText<'_> {
             (Warning::CodeCaseMismatch, Some(code)) => write!(
                 f,
                 "code_case_mismatch: did you mean {code}? codes are case-sensitive, so the unknown-code rule decided"
+            ),
+            (Warning::UnknownCode, Some(code)) => write!(
+                f,
+                "unknown_code: did you mean {code}? the code is not in the catalog, so the unknown-code rule decided"
             ),
             (Warning::BudgetExhausted, _) if self.budget.is_some() => {
                 let Some(n) = self.budget else { return Ok(()) };

@@ -4,6 +4,8 @@
 
 use std::net::IpAddr;
 
+use crate::service::{Error, ErrorKind};
+
 /// Who counts as an operator (may release holds and see raw tenant names).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Operators {
@@ -57,6 +59,57 @@ fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     }
     let token = rest.trim_ascii_start();
     (!token.is_empty()).then_some(token)
+}
+
+/// Why a caller is not an operator, as the word that opens the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The server was started without any way to be an operator.
+    NoOperatorsConfigured,
+    /// A bearer token was given, and it is not the operator token.
+    WrongToken,
+    /// Neither a bearer token nor an operator's client certificate.
+    NoCredentials,
+}
+
+crate::words!(Refusal {
+    NoOperatorsConfigured => "no_operators_configured",
+    WrongToken => "wrong_token",
+    NoCredentials => "no_credentials",
+});
+
+impl Operators {
+    /// Why the caller with these headers is not an operator (asked only
+    /// after [`Operators::allows_parts`] said no).
+    pub fn refusal(&self, headers: &http::HeaderMap) -> Refusal {
+        if self.token.is_none() && self.identities.is_empty() && !self.allow_loopback {
+            Refusal::NoOperatorsConfigured
+        } else if headers
+            .get("authorization")
+            .is_some_and(|v| bearer_token(v.as_bytes()).is_some())
+        {
+            Refusal::WrongToken
+        } else {
+            Refusal::NoCredentials
+        }
+    }
+
+    /// `e` with the reason a caller was refused operator rights appended,
+    /// when it is that refusal, so a client can say which of the three
+    /// cases it met (`…: no_credentials: …`); any other error unchanged.
+    pub fn explain(&self, headers: &http::HeaderMap, mut e: Error) -> Error {
+        if e.kind == ErrorKind::PermissionDenied {
+            let why = match self.refusal(headers) {
+                Refusal::NoOperatorsConfigured => {
+                    "this server has no operators (started without --operator-token-file, --operator-identities or --operator-allow-loopback)"
+                }
+                Refusal::WrongToken => "the bearer token given is not this server's operator token",
+                Refusal::NoCredentials => "the call carried no bearer token and no operator's client certificate",
+            };
+            e.message = format!("{}; {}: {why}", e.message, self.refusal(headers).as_str());
+        }
+        e
+    }
 }
 
 /// The peer's address, from the connection info tonic's server puts in a

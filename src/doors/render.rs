@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use clap::ValueEnum;
 use serde_json::json;
 
-use crate::core::Decision;
+use crate::core::{Decision, Strategy, Verdict};
 
 /// `--format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -50,9 +50,58 @@ pub fn asc_contract(d: &Decision<'_>) -> serde_json::Value {
     })
 }
 
+/// What to do, in one line: the text format's first line, so a reader
+/// meets "read back first" before any number that could read as "retry soon".
+pub fn action_line(d: &Decision<'_>) -> String {
+    let r = &d.retry;
+    match d.verdict {
+        Verdict::RetryWithLimit => {
+            let why = match r.strategy {
+                Strategy::Hold => " (a fleet hold is in force until then)",
+                Strategy::Budget => " (the retry budget is spent until then)",
+                _ => "",
+            };
+            format!(
+                "retry after {}{why}, attempt {} of {}",
+                span(r.after_ms, r.max_after_ms),
+                r.attempt.saturating_add(1),
+                r.max_attempts
+            )
+        }
+        Verdict::StateVerificationRequired => match r.reconciliation_action {
+            Some(a) => format!("read back first: the write may have been applied; check ({a}) before sending it again"),
+            None => "read back first: the write may have been applied; check before sending it again".to_owned(),
+        },
+        Verdict::FixBeforeRetry => match d.required_transition {
+            Some(t) => format!("fix, then retry: {} (needs {t})", d.reason),
+            None => format!("fix, then retry: {}", d.reason),
+        },
+        Verdict::DoNotRetry => format!("do not retry: {}", d.reason),
+        Verdict::AlreadyApplied => "already applied: the write took effect; do not send it again".to_owned(),
+    }
+}
+
+/// `500–1000 ms`, `15–20 s`, `15–16 min`, `4–5 h`: a wait window in the
+/// largest unit that keeps it readable.
+fn span(from_ms: u64, to_ms: u64) -> String {
+    let (unit, div) = match to_ms {
+        0..10_000 => ("ms", 1),
+        10_000..600_000 => ("s", 1_000),
+        600_000..10_800_000 => ("min", 60_000),
+        _ => ("h", 3_600_000),
+    };
+    let (a, b) = (from_ms / div, to_ms.div_ceil(div));
+    if a == b {
+        format!("{a} {unit}")
+    } else {
+        format!("{a}–{b} {unit}")
+    }
+}
+
 fn text(d: &Decision<'_>) -> String {
     let r = &d.retry;
     let mut out = String::new();
+    let _ = writeln!(out, "{}", action_line(d));
     let _ = writeln!(out, "verdict:      {}", d.verdict.as_str());
     let _ = writeln!(out, "reason:       {}", d.reason);
     let _ = writeln!(
@@ -115,4 +164,18 @@ fn text(d: &Decision<'_>) -> String {
     }
     let _ = write!(out, "rule:         {} ({})", d.rule, d.policy_version);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_read_in_one_unit() {
+        assert_eq!(span(500, 1000), "500–1000 ms");
+        assert_eq!(span(900_000, 900_000), "15 min");
+        assert_eq!(span(15_000, 20_000), "15–20 s");
+        assert_eq!(span(14_400_000, 18_000_000), "4–5 h");
+        assert_eq!(span(0, 0), "0 ms");
+    }
 }

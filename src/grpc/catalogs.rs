@@ -37,9 +37,17 @@ fn catalog_to_proto(c: &Catalog, locale: Locale) -> pb::Catalog {
             cap_ms: c.backoff.cap_ms,
         }),
         schedule_ms: c.schedule_ms.to_vec(),
-        codes: c.codes().iter().map(|e| code_to_proto(e, locale)).collect(),
+        codes: c
+            .codes()
+            .iter()
+            .map(|e| pb::CatalogCode {
+                origin: c.origin_of(&e.code).map_or("", |o| o.as_str()).to_owned(),
+                ..code_to_proto(e, locale)
+            })
+            .collect(),
         unknown: Some(code_to_proto(c.unknown(), locale)),
         no_envelope: Some(code_to_proto(c.no_envelope(), locale)),
+        extends: c.extends().unwrap_or_default().to_owned(),
         locales: c.locales.iter().map(|l| l.as_str().to_owned()).collect(),
         exhausted_terminal_state: c
             .exhausted_terminal_state
@@ -81,6 +89,7 @@ fn code_to_proto(e: &CodeEntry, locale: Locale) -> pb::CatalogCode {
         retried_write: e.retried_write.as_ref().map(|r| rule_to_proto(r, locale)),
         write_with_retry_after: e.write_with_retry_after.as_ref().map(|r| rule_to_proto(r, locale)),
         max_delay_ms: e.max_delay_ms,
+        origin: String::new(),
     }
 }
 

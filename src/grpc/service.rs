@@ -333,7 +333,7 @@ impl RetryDecisionService for RetryDecisionApi {
         let released = self
             .service
             .release_hold(&request.get_ref().id, operator)
-            .map_err(status_of)?;
+            .map_err(|e| status_of(self.operators.explain(request.metadata().as_ref(), e)))?;
         Ok(Response::new(pb::ReleaseHoldResponse {
             hold: Some(shown_to_proto(&released)),
         }))

@@ -28,7 +28,12 @@ fn catalog(c: &Catalog, locale: Locale) -> Value {
             "base_ms": c.backoff.base_ms, "multiplier": c.backoff.multiplier, "cap_ms": c.backoff.cap_ms,
         },
         "schedule_ms": c.schedule_ms,
-        "codes": c.codes().iter().map(|e| code(e, locale)).collect::<Vec<_>>(),
+        "codes": c.codes().iter().map(|e| {
+            let mut v = code(e, locale);
+            v["origin"] = json!(c.origin_of(&e.code).map_or("", |o| o.as_str()));
+            v
+        }).collect::<Vec<_>>(),
+        "extends": c.extends().unwrap_or_default(),
         "unknown": code(c.unknown(), locale),
         "no_envelope": code(c.no_envelope(), locale),
         "locales": c.locales.iter().map(|l| l.as_str()).collect::<Vec<_>>(),
@@ -63,6 +68,7 @@ fn code(e: &CodeEntry, locale: Locale) -> Value {
         "retried_write": e.retried_write.as_ref().map(|r| rule(r, locale)),
         "write_with_retry_after": e.write_with_retry_after.as_ref().map(|r| rule(r, locale)),
         "max_delay_ms": e.max_delay_ms,
+        "origin": "",
     })
 }
 

@@ -257,7 +257,7 @@ pub fn release_hold(door: &Door, call: &Call<'_>, id: &str) -> Result<http::Resp
     let released = door
         .service
         .release_hold(id, operator)
-        .map_err(|e| ApiError::from_error(&e))?;
+        .map_err(|e| ApiError::from_error(&door.operators.explain(call.headers, e)))?;
     Ok(json_response(
         StatusCode::OK,
         &json!({ "hold": HoldJson::from(&released) }),

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::state_check::{CHECK_TIMEOUT, StateProblem, check, redacted, wait_connected};
 use crate::doors::peers::Operators;
 use crate::fleet::{Fleet, FleetConfig, PlacementLimits};
 
@@ -74,6 +75,12 @@ pub struct FleetArgs {
     /// that call (retryd_budget_scopes_refused_total).
     #[arg(long, env = "RETRYD_BUDGET_SCOPES_PER_SEC_PER_CALLER", default_value_t = 100.0)]
     pub budget_scopes_per_sec_per_caller: f64,
+    /// Refuse to start (exit 1) when the `--state` store cannot be reached at
+    /// start. Without it the server starts, decides from its own memory and
+    /// keeps trying. A `--state` that cannot work (a bad URL, a database index
+    /// out of range, refused credentials) stops the start either way (exit 2).
+    #[arg(long, env = "RETRYD_STATE_REQUIRED", default_value_t = false)]
+    pub state_required: bool,
 }
 
 /// An address (a /32 or /128) or a CIDR.
@@ -171,4 +178,38 @@ pub fn build(args: &FleetArgs) -> Result<(Arc<Fleet>, Operators), String> {
         trusted_proxies: args.trusted_proxies.clone(),
     };
     Ok((fleet, operators))
+}
+
+/// Checks `--state` before the store starts (see [`super::state_check`]):
+/// a configuration error comes back as [`StateProblem::Config`] (exit 2); an
+/// unreachable store as [`StateProblem::Unreachable`] (exit 1) only with
+/// `--state-required`, else it is one warning.
+pub async fn check_state(args: &FleetArgs) -> Result<(), StateProblem> {
+    match check(&args.state, CHECK_TIMEOUT).await {
+        Err(StateProblem::Config(e)) => Err(StateProblem::Config(format!("--state: {e}"))),
+        Err(StateProblem::Unreachable(e)) if args.state_required => Err(StateProblem::Unreachable(format!(
+            "--state-required: the state store is unreachable at start: {e}"
+        ))),
+        Err(StateProblem::Unreachable(e)) => {
+            tracing::warn!(
+                "--state: the state store is unreachable at start ({e}); deciding from this replica's memory and retrying (retryd_state_connected 0; --state-required refuses to start instead)"
+            );
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+/// With `--state-required`, waits for the store's own connection (which
+/// also covers Cluster seeds and Sentinel, which [`check_state`] does not
+/// dial): [`StateProblem::Unreachable`] if it is not up within the check's timeout.
+pub async fn require_connected(args: &FleetArgs, connected: impl Fn() -> bool) -> Result<(), StateProblem> {
+    if !args.state_required || args.state.trim() == "memory" || wait_connected(connected, CHECK_TIMEOUT).await {
+        return Ok(());
+    }
+    Err(StateProblem::Unreachable(format!(
+        "--state-required: the state store {} did not connect within {} s of start",
+        redacted(args.state.trim()),
+        CHECK_TIMEOUT.as_secs()
+    )))
 }

@@ -45,6 +45,7 @@ pub mod reload;
 pub mod run;
 pub mod shutdown;
 pub mod socket;
+pub mod state_check;
 pub mod tls;
 pub mod wire;
 
@@ -72,6 +73,15 @@ enum Stopped {
     Gracefully,
     /// A second signal came during the drain.
     Forced,
+}
+
+/// A `--state` problem at start as the server's error: the configuration's
+/// (exit 2) or the environment's (exit 1).
+fn state_error(p: state_check::StateProblem) -> ServerError {
+    match p {
+        state_check::StateProblem::Config(e) => ServerError::Config(e),
+        state_check::StateProblem::Unreachable(e) => ServerError::StateUnreachable(e),
+    }
 }
 
 /// Runs `retryd serve` and returns its exit code.
@@ -117,6 +127,9 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
         policy_paths = ?source.paths,
         "policy loaded"
     );
+    for note in policy.notes() {
+        tracing::warn!("{note}");
+    }
     for dir in crate::load::empty_dirs(&source.paths) {
         tracing::warn!(dir = %dir.display(), "--policy directory holds no .toml file; only the embedded catalogs and other paths are served");
     }
@@ -157,11 +170,16 @@ pub fn serve_main(args: ServeArgs) -> ExitCode {
             .shadow_reloader
             .take()
             .map(|r| reload::start(r, args.policy_watch));
+        // Before the store starts dialling, so a broken --state is named once.
+        fleet::check_state(&args.fleet).await.map_err(state_error)?;
         let (fleet, operators) = match fleet::build(&args.fleet) {
             Ok(built) => built,
             Err(e) => return Err(ServerError::Config(e)),
         };
         tracing::info!(state = %fleet.store().describe(), max_holds = args.fleet.max_holds, "fleet memory");
+        fleet::require_connected(&args.fleet, || fleet.store().connected())
+            .await
+            .map_err(state_error)?;
         fleet.spawn_upkeep(Duration::from_millis(500));
         let exporter = match args.otlp_endpoint() {
             None => None,

@@ -266,6 +266,9 @@ impl Reloader {
                     catalogs = %self.handle.load().catalog_names(),
                     "policy reload: applied {to}"
                 );
+                for note in self.handle.load().notes() {
+                    tracing::warn!("{note}");
+                }
             }
             ReloadOutcome::Unchanged(version) => {
                 metrics::counter!(RELOAD_TOTAL, "result" => "unchanged").increment(1);

@@ -147,6 +147,9 @@ pub enum ServerError {
     /// A flag's value is unusable.
     #[error("{0}")]
     Config(String),
+    /// `--state-required`, and the state store could not be reached at start.
+    #[error("{0}")]
+    StateUnreachable(String),
     /// The shutdown grace ran out with this many unary calls in flight.
     #[error("shutdown abandoned {0} call(s) still in flight at the end of the grace period")]
     Abandoned(usize),

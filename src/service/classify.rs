@@ -17,6 +17,10 @@ use crate::core::{DecideError, Decision, Failure, Policy, UnixMillis, Verdict};
 /// Counter of decisions, labelled `catalog` (a loaded catalog's name) and
 /// `verdict` (the fixed set of [`Verdict::as_str`]).
 pub const DECISIONS_TOTAL: &str = "retryd_decisions_total";
+/// Counter of failures whose code their catalog does not know (not counting
+/// failures without a code), labelled `catalog` (a loaded catalog's name): a
+/// typo in a caller's mapping, or a dependency's new code, shows here.
+pub const UNKNOWN_CODES_TOTAL: &str = "retryd_unknown_codes_total";
 /// Histogram of ClassifyBatch sizes (items per call).
 pub const BATCH_ITEMS: &str = "retryd_batch_items";
 
@@ -81,7 +85,12 @@ impl Service {
                     span.record("code", d.code);
                     span.record("verdict", d.verdict.as_str());
                 }
-                self.with_counters(&policy, |c| c.increment(d.catalog, d.verdict, 1));
+                self.with_counters(&policy, |c| {
+                    c.increment(d.catalog, d.verdict, 1);
+                    if unknown_code(d) {
+                        c.increment_unknown(d.catalog, 1);
+                    }
+                });
                 tracing::debug!("decided");
             }
             Err(v) => tracing::debug!(field = %v.field, "invalid argument"),
@@ -132,7 +141,7 @@ impl Service {
                 Ok(d) => {
                     let verdict = d.decision.verdict;
                     summary.verdicts[verdict.index()] += 1;
-                    tally.add(&policy, d.decision.catalog, verdict);
+                    tally.add(&policy, d.decision.catalog, verdict, unknown_code(&d.decision));
                     item(i, Ok((&d.decision, d.hold.as_ref())));
                 }
                 Err(v) => {
@@ -193,32 +202,45 @@ impl Service {
     }
 }
 
-/// Decisions per catalog and verdict within one batch, so the counters are
-/// touched once per (catalog, verdict) rather than once per item. Catalog
-/// names are the policy's, so the tally borrows nothing of the request.
+/// Whether `d` decided a code its catalog does not know (a failure without
+/// a code is not one: it is a network error, with its own rule).
+fn unknown_code(d: &Decision<'_>) -> bool {
+    !d.known_code && !d.code.is_empty()
+}
+
+/// Decisions per catalog and verdict (and unknown codes per catalog) within
+/// one batch, so the counters are touched once per (catalog, verdict) rather
+/// than once per item. Catalog names are the policy's, so the tally borrows
+/// nothing of the request.
 #[derive(Default)]
 struct Tally<'p> {
-    per_catalog: Vec<(&'p str, [u64; Verdict::ALL.len()])>,
+    per_catalog: Vec<(&'p str, [u64; Verdict::ALL.len()], u64)>,
 }
 
 impl<'p> Tally<'p> {
-    fn add(&mut self, policy: &'p Policy, catalog: &str, verdict: Verdict) {
+    fn add(&mut self, policy: &'p Policy, catalog: &str, verdict: Verdict, unknown: bool) {
         let slot = verdict.index();
-        match self.per_catalog.iter_mut().find(|(c, _)| *c == catalog) {
-            Some((_, counts)) => counts[slot] += 1,
+        match self.per_catalog.iter_mut().find(|(c, _, _)| *c == catalog) {
+            Some((_, counts, unknowns)) => {
+                counts[slot] += 1;
+                *unknowns += u64::from(unknown);
+            }
             None => {
                 let Some(c) = policy.catalog(catalog) else { return };
                 let mut counts = [0; Verdict::ALL.len()];
                 counts[slot] = 1;
-                self.per_catalog.push((&c.name, counts));
+                self.per_catalog.push((&c.name, counts, u64::from(unknown)));
             }
         }
     }
 
     fn emit(&self, counters: &DecisionCounters) {
-        for (catalog, counts) in &self.per_catalog {
+        for (catalog, counts, unknowns) in &self.per_catalog {
             for (verdict, n) in Verdict::ALL.iter().zip(counts).filter(|(_, n)| **n > 0) {
                 counters.increment(catalog, *verdict, *n);
+            }
+            if *unknowns > 0 {
+                counters.increment_unknown(catalog, *unknowns);
             }
         }
     }
@@ -233,13 +255,20 @@ impl<'p> Tally<'p> {
 pub(super) struct DecisionCounters {
     /// The policy these are for (a `Weak` keeps its address from being reused).
     policy: Weak<Policy>,
-    catalogs: Vec<(Box<str>, [OnceLock<metrics::Counter>; Verdict::ALL.len()])>,
+    catalogs: Vec<CatalogCounters>,
 }
+
+/// One catalog's counters: its name, one per verdict, and its unknown codes.
+type CatalogCounters = (
+    Box<str>,
+    [OnceLock<metrics::Counter>; Verdict::ALL.len()],
+    OnceLock<metrics::Counter>,
+);
 
 impl std::fmt::Debug for DecisionCounters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DecisionCounters")
-            .field("catalogs", &self.catalogs.iter().map(|(c, _)| c).collect::<Vec<_>>())
+            .field("catalogs", &self.catalogs.iter().map(|(c, _, _)| c).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -251,7 +280,7 @@ impl DecisionCounters {
             catalogs: policy
                 .catalogs()
                 .iter()
-                .map(|c| (Box::from(&*c.name), Default::default()))
+                .map(|c| (Box::from(&*c.name), Default::default(), OnceLock::new()))
                 .collect(),
         }
     }
@@ -263,8 +292,8 @@ impl DecisionCounters {
     fn increment(&self, catalog: &str, verdict: Verdict, n: u64) {
         let v = verdict.index();
         // A handful of catalogs: a scan beats hashing the name.
-        match self.catalogs.iter().find(|(c, _)| **c == *catalog) {
-            Some((name, slots)) => slots[v]
+        match self.catalogs.iter().find(|(c, _, _)| **c == *catalog) {
+            Some((name, slots, _)) => slots[v]
                 .get_or_init(
                     || metrics::counter!(DECISIONS_TOTAL, "catalog" => name.to_string(), "verdict" => verdict.as_str()),
                 )
@@ -272,6 +301,16 @@ impl DecisionCounters {
             // Not reached: a decision names a catalog of the policy that made it.
             None => metrics::counter!(DECISIONS_TOTAL, "catalog" => catalog.to_owned(), "verdict" => verdict.as_str())
                 .increment(n),
+        }
+    }
+
+    fn increment_unknown(&self, catalog: &str, n: u64) {
+        match self.catalogs.iter().find(|(c, _, _)| **c == *catalog) {
+            Some((name, _, slot)) => slot
+                .get_or_init(|| metrics::counter!(UNKNOWN_CODES_TOTAL, "catalog" => name.to_string()))
+                .increment(n),
+            // Not reached: a decision names a catalog of the policy that made it.
+            None => metrics::counter!(UNKNOWN_CODES_TOTAL, "catalog" => catalog.to_owned()).increment(n),
         }
     }
 }

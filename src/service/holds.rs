@@ -6,6 +6,7 @@ use super::Service;
 use super::budgets::deposit;
 use super::caller::Caller;
 use super::error::{Error, ErrorKind, Violation, check_len};
+pub use super::reports::OutcomeCount;
 use super::reports::deposit_report;
 use crate::core::hold::{Hold, parse_probe_token};
 use crate::core::{Policy, UnixMillis, limits};
@@ -69,21 +70,6 @@ pub struct HoldPage {
     pub holds: Vec<Shown>,
     /// Where the next page starts (empty: no more).
     pub next_page_token: String,
-}
-
-/// One entry of a ReportOutcomes.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct OutcomeCount<'a> {
-    /// Catalog (empty: the default).
-    pub catalog: &'a str,
-    /// Dependency instance.
-    pub dependency: &'a str,
-    /// Tenant.
-    pub tenant: &'a str,
-    /// Method.
-    pub method: &'a str,
-    /// First attempts made (the budgets' deposits).
-    pub requests: u64,
 }
 
 /// What Admit is asked.

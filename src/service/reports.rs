@@ -6,10 +6,24 @@
 use std::collections::HashMap;
 
 use super::decide::budget_rules;
-use super::holds::OutcomeCount;
 use crate::core::{Policy, UnixMillis};
 use crate::fleet::Fleet;
 use crate::fleet::budget::ScopeOf;
+
+/// One entry of a ReportOutcomes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutcomeCount<'a> {
+    /// Catalog (empty: the default).
+    pub catalog: &'a str,
+    /// Dependency instance.
+    pub dependency: &'a str,
+    /// Tenant.
+    pub tenant: &'a str,
+    /// Method.
+    pub method: &'a str,
+    /// First attempts made (the budgets' deposits).
+    pub requests: u64,
+}
 
 /// Deposits one report's first attempts from `caller`: the counts of each
 /// scope (catalog, dependency, tenant) summed with saturation, then limited

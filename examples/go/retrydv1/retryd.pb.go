@@ -41,8 +41,13 @@ const (
 	HoldEventKind_HOLD_EVENT_KIND_PLACED HoldEventKind = 1
 	// Its end moved later.
 	HoldEventKind_HOLD_EVENT_KIND_EXTENDED HoldEventKind = 2
-	// Lifted: expired, released by an operator, or closed by a probe.
+	// Lifted: expired, released by an operator, evicted at the hold cap, or
+	// closed or lifted by a probe's success.
 	HoldEventKind_HOLD_EVENT_KIND_LIFTED HoldEventKind = 3
+	// Reached its end and entered its probe phase: Admit lets one call go.
+	HoldEventKind_HOLD_EVENT_KIND_PROBING HoldEventKind = 4
+	// The stream's snapshot is complete: every hold in force was sent.
+	HoldEventKind_HOLD_EVENT_KIND_SYNCED HoldEventKind = 5
 )
 
 // Enum value maps for HoldEventKind.
@@ -52,12 +57,16 @@ var (
 		1: "HOLD_EVENT_KIND_PLACED",
 		2: "HOLD_EVENT_KIND_EXTENDED",
 		3: "HOLD_EVENT_KIND_LIFTED",
+		4: "HOLD_EVENT_KIND_PROBING",
+		5: "HOLD_EVENT_KIND_SYNCED",
 	}
 	HoldEventKind_value = map[string]int32{
 		"HOLD_EVENT_KIND_UNSPECIFIED": 0,
 		"HOLD_EVENT_KIND_PLACED":      1,
 		"HOLD_EVENT_KIND_EXTENDED":    2,
 		"HOLD_EVENT_KIND_LIFTED":      3,
+		"HOLD_EVENT_KIND_PROBING":     4,
+		"HOLD_EVENT_KIND_SYNCED":      5,
 	}
 )
 
@@ -1071,8 +1080,11 @@ type AdmitResponse struct {
 	Hold *Hold `protobuf:"bytes,2,opt,name=hold,proto3" json:"hold,omitempty"`
 	// When refused: the earliest time asking again can succeed.
 	RetryAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
-	// Non-empty when admitted as an open circuit's single probe: report the
-	// probe's outcome with it (ReportOutcomes, or Failure.probe_token).
+	// Non-empty when admitted as the single probe of an open circuit or of a
+	// hold in its probe phase: report the probe's outcome with it
+	// (ReportOutcomes, or Failure.probe_token with the failure). The token is
+	// `<hold id>.<slot>.<32 hex digits>`; the digits are 128 random bits, so
+	// a token cannot be made up from a hold id, and it counts once.
 	ProbeToken    string `protobuf:"bytes,4,opt,name=probe_token,json=probeToken,proto3" json:"probe_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1141,9 +1153,15 @@ type ReportOutcomesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Counts per scope since the caller's last report (at most 1 000 entries).
 	Counts []*OutcomeCount `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
-	// The token of an open circuit's probe whose outcome this reports.
+	// The token of a probe whose outcome this reports (from Admit). A token
+	// that is not one is INVALID_ARGUMENT; a forged, reused or superseded one
+	// changes nothing (see ReportOutcomesResponse.probe_accepted).
 	ProbeToken string `protobuf:"bytes,2,opt,name=probe_token,json=probeToken,proto3" json:"probe_token,omitempty"`
-	// With probe_token: the probe call succeeded (closes the circuit); false re-opens it.
+	// With probe_token: the probe call succeeded (closes the circuit, or lifts
+	// the stop in its probe phase, for every replica); false leaves a circuit
+	// open until its next slot and places a stop again for as long as it last
+	// lasted (report the failure through Classify instead to place it until
+	// the next reset).
 	ProbeSucceeded bool `protobuf:"varint,3,opt,name=probe_succeeded,json=probeSucceeded,proto3" json:"probe_succeeded,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1303,8 +1321,14 @@ func (x *OutcomeCount) GetFailures() uint64 {
 // ReportOutcomes' answer.
 type ReportOutcomesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The circuit the probe closed or re-opened, if probe_token named one.
-	Hold          *Hold `protobuf:"bytes,1,opt,name=hold,proto3" json:"hold,omitempty"`
+	// The hold probe_token names, as it is after the report, if it is in force
+	// or was just lifted by this report.
+	Hold *Hold `protobuf:"bytes,1,opt,name=hold,proto3" json:"hold,omitempty"`
+	// The probe token was valid and its outcome counted: issued by Admit,
+	// reported for the first time, and no newer probe of the hold issued
+	// since. False for a forged, reused or superseded token (counted in
+	// retryd_probe_tokens_rejected_total{reason}), and without a token.
+	ProbeAccepted bool `protobuf:"varint,2,opt,name=probe_accepted,json=probeAccepted,proto3" json:"probe_accepted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1346,6 +1370,13 @@ func (x *ReportOutcomesResponse) GetHold() *Hold {
 	return nil
 }
 
+func (x *ReportOutcomesResponse) GetProbeAccepted() bool {
+	if x != nil {
+		return x.ProbeAccepted
+	}
+	return false
+}
+
 // ListHolds: which holds are in force.
 type ListHoldsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1357,7 +1388,8 @@ type ListHoldsRequest struct {
 	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// At most this many holds (0: 100; at most 1 000).
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// From the previous response's next_page_token.
+	// From the previous response's next_page_token: a cursor over hold ids,
+	// so a hold extended meanwhile keeps its place.
 	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1431,7 +1463,7 @@ func (x *ListHoldsRequest) GetPageToken() string {
 // ListHolds' answer.
 type ListHoldsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Holds in force, ending soonest first.
+	// Holds in force, in order of their ids (a stable order across pages).
 	Holds []*Hold `protobuf:"bytes,1,rep,name=holds,proto3" json:"holds,omitempty"`
 	// Pass to the next request for more; empty at the end.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -1580,10 +1612,14 @@ type WatchHoldsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this catalog (empty: all).
 	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
-	// Only this dependency (empty: all).
+	// Only this dependency (empty: all, unless `dependencies` names some).
 	Dependency string `protobuf:"bytes,2,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	// Only this tenant (empty: all).
-	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Only these dependencies (any of them; at most 256), together with
+	// `dependency` if set: one process watches every dependency it calls on
+	// one stream.
+	Dependencies  []string `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1639,13 +1675,26 @@ func (x *WatchHoldsRequest) GetTenant() string {
 	return ""
 }
 
-// One hold event.
+func (x *WatchHoldsRequest) GetDependencies() []string {
+	if x != nil {
+		return x.Dependencies
+	}
+	return nil
+}
+
+// One hold event. A stream starts with the holds in force (PLACED, or
+// PROBING for a hold in its probe phase), then SYNCED, then every change.
+// An event that races the snapshot may arrive twice, never not at all:
+// apply events by hold id and `until`, idempotently.
 type WatchHoldsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What happened.
 	Kind HoldEventKind `protobuf:"varint,1,opt,name=kind,proto3,enum=retryd.v1.HoldEventKind" json:"kind,omitempty"`
-	// The hold after it happened.
-	Hold          *Hold `protobuf:"bytes,2,opt,name=hold,proto3" json:"hold,omitempty"`
+	// The hold after it happened (absent for SYNCED).
+	Hold *Hold `protobuf:"bytes,2,opt,name=hold,proto3" json:"hold,omitempty"`
+	// The server's clock when it sent the event, so a mirror can correct
+	// for its own clock's offset.
+	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1694,6 +1743,13 @@ func (x *WatchHoldsResponse) GetHold() *Hold {
 	return nil
 }
 
+func (x *WatchHoldsResponse) GetServerTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ServerTime
+	}
+	return nil
+}
+
 // "Do not call this scope until `until`", shared by every caller of the fleet.
 type Hold struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1713,14 +1769,23 @@ type Hold struct {
 	Kind HoldKind `protobuf:"varint,7,opt,name=kind,proto3,enum=retryd.v1.HoldKind" json:"kind,omitempty"`
 	// When it was placed.
 	Since *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=since,proto3" json:"since,omitempty"`
-	// When it ends (an open circuit closes earlier when a probe succeeds).
+	// When it ends (an open circuit closes earlier when a probe succeeds). In
+	// the probe phase: the end of the probe window.
 	Until *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=until,proto3" json:"until,omitempty"`
 	// The code of the failure that placed or last extended it.
 	Code string `protobuf:"bytes,10,opt,name=code,proto3" json:"code,omitempty"`
 	// The catalog rule that placed it, e.g. `frontspin/RATE_LIMITED/write`.
 	Rule string `protobuf:"bytes,11,opt,name=rule,proto3" json:"rule,omitempty"`
 	// Why, in English.
-	Reason        string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// In its probe phase: the stop reached its end, Admit lets one call go,
+	// and the hold lifts on that probe's success or when `until` passes with
+	// no failure reported.
+	Probing bool `protobuf:"varint,13,opt,name=probing,proto3" json:"probing,omitempty"`
+	// When the next probe may go: an open circuit's next slot, or the start
+	// of a quota stop's or quarantine's probe phase. Absent for a hold that
+	// admits no probe (a pause).
+	NextProbeAt   *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=next_probe_at,json=nextProbeAt,proto3" json:"next_probe_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1837,6 +1902,20 @@ func (x *Hold) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Hold) GetProbing() bool {
+	if x != nil {
+		return x.Probing
+	}
+	return false
+}
+
+func (x *Hold) GetNextProbeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextProbeAt
+	}
+	return nil
 }
 
 // One failure to decide.
@@ -2392,7 +2471,11 @@ type Catalog struct {
 	// 00:00 UTC`, `rolling 86400000 ms`); empty when the catalog has no rule.
 	QuotaReset string `protobuf:"bytes,14,opt,name=quota_reset,json=quotaReset,proto3" json:"quota_reset,omitempty"`
 	// The fleet retry budgets the catalog declares, in catalog order.
-	Budgets       []*CatalogBudget `protobuf:"bytes,15,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	Budgets []*CatalogBudget `protobuf:"bytes,15,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	// The catalog this one amends (`extends` in its file), e.g. "vibecode";
+	// empty when it was written whole. Each code's origin says what the
+	// amendment did to it.
+	Extends       string `protobuf:"bytes,16,opt,name=extends,proto3" json:"extends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2532,6 +2615,13 @@ func (x *Catalog) GetBudgets() []*CatalogBudget {
 	return nil
 }
 
+func (x *Catalog) GetExtends() string {
+	if x != nil {
+		return x.Extends
+	}
+	return ""
+}
+
 // Bounded exponential backoff: the wait after attempt n is drawn from
 // [m/2, m] with m = min(cap_ms, base_ms * multiplier^(n-1)).
 type Backoff struct {
@@ -2631,7 +2721,12 @@ type CatalogCode struct {
 	// The full rule for a write with a Retry-After; unset when there is none.
 	WriteWithRetryAfter *CatalogRule `protobuf:"bytes,13,opt,name=write_with_retry_after,json=writeWithRetryAfter,proto3" json:"write_with_retry_after,omitempty"`
 	// The cap on this code's delays and holds, in milliseconds.
-	MaxDelayMs    uint64 `protobuf:"varint,14,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
+	MaxDelayMs uint64 `protobuf:"varint,14,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
+	// Where the code came from in an amended catalog (Catalog.extends set):
+	// "base" (the base catalog's, unchanged), "amended" (the base's, with
+	// keys the amending file changed) or "added" (new in the amending file);
+	// empty in a catalog written whole.
+	Origin        string `protobuf:"bytes,15,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2762,6 +2857,13 @@ func (x *CatalogCode) GetMaxDelayMs() uint64 {
 		return x.MaxDelayMs
 	}
 	return 0
+}
+
+func (x *CatalogCode) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
 }
 
 // What a catalog answers for one code and one operation, before limits,
@@ -3555,9 +3657,10 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x06method\x18\x04 \x01(\tR\x06method\x12\x1a\n" +
 	"\brequests\x18\x05 \x01(\x04R\brequests\x12\x1c\n" +
 	"\tsuccesses\x18\x06 \x01(\x04R\tsuccesses\x12\x1a\n" +
-	"\bfailures\x18\a \x01(\x04R\bfailures\"=\n" +
+	"\bfailures\x18\a \x01(\x04R\bfailures\"d\n" +
 	"\x16ReportOutcomesResponse\x12#\n" +
-	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\xa0\x01\n" +
+	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\x12%\n" +
+	"\x0eprobe_accepted\x18\x02 \x01(\bR\rprobeAccepted\"\xa0\x01\n" +
 	"\x10ListHoldsRequest\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
 	"\n" +
@@ -3573,16 +3676,19 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x12ReleaseHoldRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\":\n" +
 	"\x13ReleaseHoldResponse\x12#\n" +
-	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"e\n" +
+	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\x89\x01\n" +
 	"\x11WatchHoldsRequest\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x02 \x01(\tR\n" +
 	"dependency\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"g\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\"\n" +
+	"\fdependencies\x18\x04 \x03(\tR\fdependencies\"\xa4\x01\n" +
 	"\x12WatchHoldsResponse\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.retryd.v1.HoldEventKindR\x04kind\x12#\n" +
-	"\x04hold\x18\x02 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\xf5\x02\n" +
+	"\x04hold\x18\x02 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\x12;\n" +
+	"\vserver_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"serverTime\"\xcf\x03\n" +
 	"\x04Hold\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acatalog\x18\x02 \x01(\tR\acatalog\x12\x1e\n" +
@@ -3598,7 +3704,9 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x04code\x18\n" +
 	" \x01(\tR\x04code\x12\x12\n" +
 	"\x04rule\x18\v \x01(\tR\x04rule\x12\x16\n" +
-	"\x06reason\x18\f \x01(\tR\x06reason\"W\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12\x18\n" +
+	"\aprobing\x18\r \x01(\bR\aprobing\x12>\n" +
+	"\rnext_probe_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vnextProbeAt\"W\n" +
 	"\x0fClassifyRequest\x12,\n" +
 	"\afailure\x18\x01 \x01(\v2\x12.retryd.v1.FailureR\afailure\x12\x16\n" +
 	"\x06locale\x18\x02 \x01(\tR\x06locale\"C\n" +
@@ -3628,7 +3736,7 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x14ListCatalogsResponse\x12.\n" +
 	"\bcatalogs\x18\x01 \x03(\v2\x12.retryd.v1.CatalogR\bcatalogs\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\tR\rpolicyVersion\x12'\n" +
-	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xd5\x04\n" +
+	"\x0fdefault_catalog\x18\x03 \x01(\tR\x0edefaultCatalog\"\xef\x04\n" +
 	"\aCatalog\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -3651,13 +3759,14 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"maxDelayMs\x12\x1f\n" +
 	"\vquota_reset\x18\x0e \x01(\tR\n" +
 	"quotaReset\x122\n" +
-	"\abudgets\x18\x0f \x03(\v2\x18.retryd.v1.CatalogBudgetR\abudgets\"Y\n" +
+	"\abudgets\x18\x0f \x03(\v2\x18.retryd.v1.CatalogBudgetR\abudgets\x12\x18\n" +
+	"\aextends\x18\x10 \x01(\tR\aextends\"Y\n" +
 	"\aBackoff\x12\x17\n" +
 	"\abase_ms\x18\x01 \x01(\x04R\x06baseMs\x12\x1e\n" +
 	"\n" +
 	"multiplier\x18\x02 \x01(\x01R\n" +
 	"multiplier\x12\x15\n" +
-	"\x06cap_ms\x18\x03 \x01(\x04R\x05capMs\"\x8d\x06\n" +
+	"\x06cap_ms\x18\x03 \x01(\x04R\x05capMs\"\xa5\x06\n" +
 	"\vCatalogCode\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\aaliases\x18\x02 \x03(\tR\aaliases\x12?\n" +
@@ -3674,7 +3783,8 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\rretried_write\x18\f \x01(\v2\x16.retryd.v1.CatalogRuleR\fretriedWrite\x12K\n" +
 	"\x16write_with_retry_after\x18\r \x01(\v2\x16.retryd.v1.CatalogRuleR\x13writeWithRetryAfter\x12 \n" +
 	"\fmax_delay_ms\x18\x0e \x01(\x04R\n" +
-	"maxDelayMsB\x18\n" +
+	"maxDelayMs\x12\x16\n" +
+	"\x06origin\x18\x0f \x01(\tR\x06originB\x18\n" +
 	"\x16_retried_write_verdictB!\n" +
 	"\x1f_write_with_retry_after_verdict\"\x95\x04\n" +
 	"\vCatalogRule\x12\x12\n" +
@@ -3756,12 +3866,14 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	" \x01(\x0e2\x1a.retryd.v1.SideEffectStateR\x0fsideEffectState\x128\n" +
 	"\x15reconciliation_action\x18\v \x01(\tH\x01R\x14reconciliationAction\x88\x01\x01B\x12\n" +
 	"\x10_idempotency_keyB\x18\n" +
-	"\x16_reconciliation_action*\x86\x01\n" +
+	"\x16_reconciliation_action*\xbf\x01\n" +
 	"\rHoldEventKind\x12\x1f\n" +
 	"\x1bHOLD_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16HOLD_EVENT_KIND_PLACED\x10\x01\x12\x1c\n" +
 	"\x18HOLD_EVENT_KIND_EXTENDED\x10\x02\x12\x1a\n" +
-	"\x16HOLD_EVENT_KIND_LIFTED\x10\x03*\x8a\x01\n" +
+	"\x16HOLD_EVENT_KIND_LIFTED\x10\x03\x12\x1b\n" +
+	"\x17HOLD_EVENT_KIND_PROBING\x10\x04\x12\x1a\n" +
+	"\x16HOLD_EVENT_KIND_SYNCED\x10\x05*\x8a\x01\n" +
 	"\bHoldKind\x12\x19\n" +
 	"\x15HOLD_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fHOLD_KIND_PAUSE\x10\x01\x12\x18\n" +
@@ -3896,75 +4008,77 @@ var file_retryd_v1_retryd_proto_depIdxs = []int32{
 	25, // 11: retryd.v1.ReleaseHoldResponse.hold:type_name -> retryd.v1.Hold
 	0,  // 12: retryd.v1.WatchHoldsResponse.kind:type_name -> retryd.v1.HoldEventKind
 	25, // 13: retryd.v1.WatchHoldsResponse.hold:type_name -> retryd.v1.Hold
-	8,  // 14: retryd.v1.Hold.scope:type_name -> retryd.v1.Scope
-	1,  // 15: retryd.v1.Hold.kind:type_name -> retryd.v1.HoldKind
-	41, // 16: retryd.v1.Hold.since:type_name -> google.protobuf.Timestamp
-	41, // 17: retryd.v1.Hold.until:type_name -> google.protobuf.Timestamp
-	38, // 18: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
-	39, // 19: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
-	38, // 20: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
-	30, // 21: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
-	31, // 22: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
-	39, // 23: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
-	42, // 24: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
-	34, // 25: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
-	35, // 26: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
-	36, // 27: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
-	36, // 28: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
-	36, // 29: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
-	13, // 30: retryd.v1.Catalog.budgets:type_name -> retryd.v1.CatalogBudget
-	4,  // 31: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
-	3,  // 32: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
-	3,  // 33: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
-	3,  // 34: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
-	3,  // 35: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
-	37, // 36: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
-	37, // 37: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
-	37, // 38: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
-	37, // 39: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
-	3,  // 40: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
-	5,  // 41: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
-	8,  // 42: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
-	1,  // 43: retryd.v1.CatalogRule.hold_kind:type_name -> retryd.v1.HoldKind
-	8,  // 44: retryd.v1.CatalogRule.hold_scope:type_name -> retryd.v1.Scope
-	2,  // 45: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
-	41, // 46: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
-	7,  // 47: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
-	40, // 48: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
-	41, // 49: retryd.v1.Failure.quota_resets_at:type_name -> google.protobuf.Timestamp
-	3,  // 50: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
-	40, // 51: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
-	4,  // 52: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
-	2,  // 53: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
-	8,  // 54: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
-	25, // 55: retryd.v1.Decision.hold:type_name -> retryd.v1.Hold
-	12, // 56: retryd.v1.Decision.budget:type_name -> retryd.v1.RetryBudget
-	6,  // 57: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
-	41, // 58: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 59: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
-	26, // 60: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
-	28, // 61: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
-	32, // 62: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
-	14, // 63: retryd.v1.RetryDecisionService.Admit:input_type -> retryd.v1.AdmitRequest
-	16, // 64: retryd.v1.RetryDecisionService.ReportOutcomes:input_type -> retryd.v1.ReportOutcomesRequest
-	19, // 65: retryd.v1.RetryDecisionService.ListHolds:input_type -> retryd.v1.ListHoldsRequest
-	21, // 66: retryd.v1.RetryDecisionService.ReleaseHold:input_type -> retryd.v1.ReleaseHoldRequest
-	23, // 67: retryd.v1.RetryDecisionService.WatchHolds:input_type -> retryd.v1.WatchHoldsRequest
-	9,  // 68: retryd.v1.RetryDecisionService.ListBudgets:input_type -> retryd.v1.ListBudgetsRequest
-	27, // 69: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
-	29, // 70: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
-	33, // 71: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
-	15, // 72: retryd.v1.RetryDecisionService.Admit:output_type -> retryd.v1.AdmitResponse
-	18, // 73: retryd.v1.RetryDecisionService.ReportOutcomes:output_type -> retryd.v1.ReportOutcomesResponse
-	20, // 74: retryd.v1.RetryDecisionService.ListHolds:output_type -> retryd.v1.ListHoldsResponse
-	22, // 75: retryd.v1.RetryDecisionService.ReleaseHold:output_type -> retryd.v1.ReleaseHoldResponse
-	24, // 76: retryd.v1.RetryDecisionService.WatchHolds:output_type -> retryd.v1.WatchHoldsResponse
-	10, // 77: retryd.v1.RetryDecisionService.ListBudgets:output_type -> retryd.v1.ListBudgetsResponse
-	69, // [69:78] is the sub-list for method output_type
-	60, // [60:69] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	41, // 14: retryd.v1.WatchHoldsResponse.server_time:type_name -> google.protobuf.Timestamp
+	8,  // 15: retryd.v1.Hold.scope:type_name -> retryd.v1.Scope
+	1,  // 16: retryd.v1.Hold.kind:type_name -> retryd.v1.HoldKind
+	41, // 17: retryd.v1.Hold.since:type_name -> google.protobuf.Timestamp
+	41, // 18: retryd.v1.Hold.until:type_name -> google.protobuf.Timestamp
+	41, // 19: retryd.v1.Hold.next_probe_at:type_name -> google.protobuf.Timestamp
+	38, // 20: retryd.v1.ClassifyRequest.failure:type_name -> retryd.v1.Failure
+	39, // 21: retryd.v1.ClassifyResponse.decision:type_name -> retryd.v1.Decision
+	38, // 22: retryd.v1.ClassifyBatchRequest.failures:type_name -> retryd.v1.Failure
+	30, // 23: retryd.v1.ClassifyBatchResponse.results:type_name -> retryd.v1.BatchResult
+	31, // 24: retryd.v1.ClassifyBatchResponse.summary:type_name -> retryd.v1.BatchSummary
+	39, // 25: retryd.v1.BatchResult.decision:type_name -> retryd.v1.Decision
+	42, // 26: retryd.v1.BatchResult.error:type_name -> google.rpc.Status
+	34, // 27: retryd.v1.ListCatalogsResponse.catalogs:type_name -> retryd.v1.Catalog
+	35, // 28: retryd.v1.Catalog.backoff:type_name -> retryd.v1.Backoff
+	36, // 29: retryd.v1.Catalog.codes:type_name -> retryd.v1.CatalogCode
+	36, // 30: retryd.v1.Catalog.unknown:type_name -> retryd.v1.CatalogCode
+	36, // 31: retryd.v1.Catalog.no_envelope:type_name -> retryd.v1.CatalogCode
+	13, // 32: retryd.v1.Catalog.budgets:type_name -> retryd.v1.CatalogBudget
+	4,  // 33: retryd.v1.CatalogCode.target_reached:type_name -> retryd.v1.TargetReached
+	3,  // 34: retryd.v1.CatalogCode.read_verdict:type_name -> retryd.v1.Verdict
+	3,  // 35: retryd.v1.CatalogCode.write_verdict:type_name -> retryd.v1.Verdict
+	3,  // 36: retryd.v1.CatalogCode.retried_write_verdict:type_name -> retryd.v1.Verdict
+	3,  // 37: retryd.v1.CatalogCode.write_with_retry_after_verdict:type_name -> retryd.v1.Verdict
+	37, // 38: retryd.v1.CatalogCode.read:type_name -> retryd.v1.CatalogRule
+	37, // 39: retryd.v1.CatalogCode.write:type_name -> retryd.v1.CatalogRule
+	37, // 40: retryd.v1.CatalogCode.retried_write:type_name -> retryd.v1.CatalogRule
+	37, // 41: retryd.v1.CatalogCode.write_with_retry_after:type_name -> retryd.v1.CatalogRule
+	3,  // 42: retryd.v1.CatalogRule.verdict:type_name -> retryd.v1.Verdict
+	5,  // 43: retryd.v1.CatalogRule.side_effect_state:type_name -> retryd.v1.SideEffectState
+	8,  // 44: retryd.v1.CatalogRule.scope:type_name -> retryd.v1.Scope
+	1,  // 45: retryd.v1.CatalogRule.hold_kind:type_name -> retryd.v1.HoldKind
+	8,  // 46: retryd.v1.CatalogRule.hold_scope:type_name -> retryd.v1.Scope
+	2,  // 47: retryd.v1.Failure.operation:type_name -> retryd.v1.OperationKind
+	41, // 48: retryd.v1.Failure.deadline:type_name -> google.protobuf.Timestamp
+	7,  // 49: retryd.v1.Failure.read_back:type_name -> retryd.v1.ReadBack
+	40, // 50: retryd.v1.Failure.upstream:type_name -> retryd.v1.RetryContract
+	41, // 51: retryd.v1.Failure.quota_resets_at:type_name -> google.protobuf.Timestamp
+	3,  // 52: retryd.v1.Decision.verdict:type_name -> retryd.v1.Verdict
+	40, // 53: retryd.v1.Decision.retry:type_name -> retryd.v1.RetryContract
+	4,  // 54: retryd.v1.Decision.target_reached:type_name -> retryd.v1.TargetReached
+	2,  // 55: retryd.v1.Decision.operation:type_name -> retryd.v1.OperationKind
+	8,  // 56: retryd.v1.Decision.scope:type_name -> retryd.v1.Scope
+	25, // 57: retryd.v1.Decision.hold:type_name -> retryd.v1.Hold
+	12, // 58: retryd.v1.Decision.budget:type_name -> retryd.v1.RetryBudget
+	6,  // 59: retryd.v1.RetryContract.strategy:type_name -> retryd.v1.Strategy
+	41, // 60: retryd.v1.RetryContract.deadline:type_name -> google.protobuf.Timestamp
+	5,  // 61: retryd.v1.RetryContract.side_effect_state:type_name -> retryd.v1.SideEffectState
+	26, // 62: retryd.v1.RetryDecisionService.Classify:input_type -> retryd.v1.ClassifyRequest
+	28, // 63: retryd.v1.RetryDecisionService.ClassifyBatch:input_type -> retryd.v1.ClassifyBatchRequest
+	32, // 64: retryd.v1.RetryDecisionService.ListCatalogs:input_type -> retryd.v1.ListCatalogsRequest
+	14, // 65: retryd.v1.RetryDecisionService.Admit:input_type -> retryd.v1.AdmitRequest
+	16, // 66: retryd.v1.RetryDecisionService.ReportOutcomes:input_type -> retryd.v1.ReportOutcomesRequest
+	19, // 67: retryd.v1.RetryDecisionService.ListHolds:input_type -> retryd.v1.ListHoldsRequest
+	21, // 68: retryd.v1.RetryDecisionService.ReleaseHold:input_type -> retryd.v1.ReleaseHoldRequest
+	23, // 69: retryd.v1.RetryDecisionService.WatchHolds:input_type -> retryd.v1.WatchHoldsRequest
+	9,  // 70: retryd.v1.RetryDecisionService.ListBudgets:input_type -> retryd.v1.ListBudgetsRequest
+	27, // 71: retryd.v1.RetryDecisionService.Classify:output_type -> retryd.v1.ClassifyResponse
+	29, // 72: retryd.v1.RetryDecisionService.ClassifyBatch:output_type -> retryd.v1.ClassifyBatchResponse
+	33, // 73: retryd.v1.RetryDecisionService.ListCatalogs:output_type -> retryd.v1.ListCatalogsResponse
+	15, // 74: retryd.v1.RetryDecisionService.Admit:output_type -> retryd.v1.AdmitResponse
+	18, // 75: retryd.v1.RetryDecisionService.ReportOutcomes:output_type -> retryd.v1.ReportOutcomesResponse
+	20, // 76: retryd.v1.RetryDecisionService.ListHolds:output_type -> retryd.v1.ListHoldsResponse
+	22, // 77: retryd.v1.RetryDecisionService.ReleaseHold:output_type -> retryd.v1.ReleaseHoldResponse
+	24, // 78: retryd.v1.RetryDecisionService.WatchHolds:output_type -> retryd.v1.WatchHoldsResponse
+	10, // 79: retryd.v1.RetryDecisionService.ListBudgets:output_type -> retryd.v1.ListBudgetsResponse
+	71, // [71:80] is the sub-list for method output_type
+	62, // [62:71] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_retryd_v1_retryd_proto_init() }

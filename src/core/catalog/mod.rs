@@ -2,8 +2,10 @@
 //! and a write may do. Catalogs are data (TOML under `policies/`); this module
 //! parses, validates and compiles them into the lookup form the engine uses.
 
+pub mod amend;
 pub mod budgets;
 mod compile;
+pub mod guess;
 pub mod holds;
 mod locate;
 pub mod source;
@@ -172,6 +174,18 @@ pub struct Catalog {
     index: FxHashMap<Box<str>, usize>,
     unknown: CodeEntry,
     no_envelope: CodeEntry,
+    /// What this catalog amends and where each code came from; `None` for a
+    /// catalog written whole.
+    amended: Option<Amended>,
+}
+
+/// What an amending file made of its base (see [`amend`]).
+#[derive(Debug, Clone)]
+pub struct Amended {
+    /// The base catalog's name (`extends`).
+    pub base: Box<str>,
+    /// Each code of the merged catalog and where it came from.
+    pub origins: Vec<(Box<str>, amend::CodeOrigin)>,
 }
 
 impl Catalog {
@@ -189,6 +203,45 @@ impl Catalog {
             .flat_map(|e| std::iter::once(&e.code).chain(e.aliases.iter()))
             .find(|spelling| spelling.eq_ignore_ascii_case(code))
             .map(|s| &**s)
+    }
+
+    /// Gives the rules of `codes` (which an amending file left as the base
+    /// had them) the base's rule ids, so a catalog amended under a new name
+    /// still reports `vibecode/QUEUE_OVERFLOW/read` for what vibecode decides.
+    pub fn keep_rule_ids(&mut self, base: &Catalog, codes: &[&str]) {
+        for entry in self.codes.iter_mut().filter(|e| codes.contains(&&*e.code)) {
+            let Some(from) = base.lookup(&entry.code) else { continue };
+            entry.read.id = from.read.id.clone();
+            entry.write.id = from.write.id.clone();
+            if let (Some(r), Some(f)) = (entry.retried_write.as_mut(), from.retried_write.as_ref()) {
+                r.id = f.id.clone();
+            }
+            if let (Some(r), Some(f)) = (
+                entry.write_with_retry_after.as_mut(),
+                from.write_with_retry_after.as_ref(),
+            ) {
+                r.id = f.id.clone();
+            }
+        }
+    }
+
+    /// The catalog this one amends, if it was made with `extends`.
+    pub fn extends(&self) -> Option<&str> {
+        self.amended.as_ref().map(|a| &*a.base)
+    }
+
+    /// Where `code` came from, in a catalog made with `extends`.
+    pub fn origin_of(&self, code: &str) -> Option<amend::CodeOrigin> {
+        let a = self.amended.as_ref()?;
+        a.origins.iter().find(|(c, _)| **c == *code).map(|(_, o)| *o)
+    }
+
+    /// Records that this catalog amends `base`, with its codes' origins.
+    pub fn set_amended(&mut self, base: &str, origins: &[(String, amend::CodeOrigin)]) {
+        self.amended = Some(Amended {
+            base: base.into(),
+            origins: origins.iter().map(|(c, o)| (c.as_str().into(), *o)).collect(),
+        });
     }
 
     /// Every known code, in file order.

@@ -91,6 +91,15 @@ pub struct CatalogSource {
     /// `retryd policy test`, not by the catalog compiler.
     #[serde(default)]
     pub tests: Field<toml::Value>,
+    /// The catalog this file amends (merged before compiling, see `amend`).
+    #[serde(default)]
+    pub extends: Field<toml::Value>,
+    /// Codes of the base catalog an amending file drops.
+    #[serde(default)]
+    pub remove: Field<toml::Value>,
+    /// This file replaces the embedded catalog of its name, on purpose.
+    #[serde(default)]
+    pub replaces: Field<toml::Value>,
     /// Keys the format does not have.
     #[serde(flatten)]
     pub unknown_keys: UnknownKeys,
@@ -114,6 +123,9 @@ impl CatalogSource {
         "quota",
         "budgets",
         "tests",
+        "extends",
+        "remove",
+        "replaces",
     ];
 }
 

@@ -94,6 +94,8 @@ pub fn decide_floored<'a>(
             None => {
                 if let Some(spelling) = catalog.lookup_ignore_case(code) {
                     warnings.add_code_case_mismatch(spelling);
+                } else if let Some(spelling) = catalog.guess(code) {
+                    warnings.add_unknown_code_guess(spelling);
                 }
                 (catalog.unknown(), false)
             }

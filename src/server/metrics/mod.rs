@@ -11,7 +11,8 @@
 //!   `{grpc_type,grpc_service,grpc_method}`: messages, counted on the wire;
 //! - `retryd_build_info{version,revision}`, `retryd_shutdown_abandoned_calls_total`;
 //! - `process_*` (see [`process`]), rendered at each scrape;
-//! - `retryd_decisions_total{catalog,verdict}` and `retryd_batch_items`
+//! - `retryd_decisions_total{catalog,verdict}`, `retryd_unknown_codes_total{catalog}`
+//!   and `retryd_batch_items`
 //!   (recorded by the service, see [`crate::service::classify`]);
 //! - `retryd_policy_reload_total{result}`, `retryd_policy_info{version}` and
 //!   `retryd_policy_last_reload_successful` (see [`super::reload`]).
@@ -39,7 +40,7 @@ use tower::{Layer, Service};
 use super::drain::{ABANDONED_TOTAL, InFlight, InFlightGuard};
 use super::reload::{LAST_RELOAD_SUCCESSFUL, POLICY_INFO, RELOAD_TOTAL};
 use crate::doors::overload::SHED_TOTAL;
-use crate::service::classify::{BATCH_ITEMS, DECISIONS_TOTAL};
+use crate::service::classify::{BATCH_ITEMS, DECISIONS_TOTAL, UNKNOWN_CODES_TOTAL};
 
 /// Counter of calls received.
 pub const STARTED_TOTAL: &str = "grpc_server_started_total";
@@ -198,6 +199,10 @@ fn describe() {
     metrics::describe_counter!(HANDLED_TOTAL, "gRPC calls finished, by status code.");
     metrics::describe_histogram!(HANDLING_SECONDS, metrics::Unit::Seconds, "Time to answer a gRPC call.");
     metrics::describe_counter!(DECISIONS_TOTAL, "Retry decisions, by catalog and verdict.");
+    metrics::describe_counter!(
+        UNKNOWN_CODES_TOTAL,
+        "Failures whose code their catalog does not know (decided by the unknown-code rule), by catalog."
+    );
     metrics::describe_counter!(
         SHED_TOTAL,
         "Calls answered RESOURCE_EXHAUSTED at once because --max-concurrent-calls were in flight."

@@ -186,6 +186,7 @@ impl Compiler<'_> {
             index,
             unknown: unknown.unwrap_or_else(placeholder_entry),
             no_envelope: no_envelope.unwrap_or_else(placeholder_entry),
+            amended: None,
         }
     }
 

@@ -17,6 +17,8 @@ class HoldEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HOLD_EVENT_KIND_PLACED: _ClassVar[HoldEventKind]
     HOLD_EVENT_KIND_EXTENDED: _ClassVar[HoldEventKind]
     HOLD_EVENT_KIND_LIFTED: _ClassVar[HoldEventKind]
+    HOLD_EVENT_KIND_PROBING: _ClassVar[HoldEventKind]
+    HOLD_EVENT_KIND_SYNCED: _ClassVar[HoldEventKind]
 
 class HoldKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -84,6 +86,8 @@ HOLD_EVENT_KIND_UNSPECIFIED: HoldEventKind
 HOLD_EVENT_KIND_PLACED: HoldEventKind
 HOLD_EVENT_KIND_EXTENDED: HoldEventKind
 HOLD_EVENT_KIND_LIFTED: HoldEventKind
+HOLD_EVENT_KIND_PROBING: HoldEventKind
+HOLD_EVENT_KIND_SYNCED: HoldEventKind
 HOLD_KIND_UNSPECIFIED: HoldKind
 HOLD_KIND_PAUSE: HoldKind
 HOLD_KIND_QUOTA_STOP: HoldKind
@@ -245,10 +249,12 @@ class OutcomeCount(_message.Message):
     def __init__(self, catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ..., method: _Optional[str] = ..., requests: _Optional[int] = ..., successes: _Optional[int] = ..., failures: _Optional[int] = ...) -> None: ...
 
 class ReportOutcomesResponse(_message.Message):
-    __slots__ = ("hold",)
+    __slots__ = ("hold", "probe_accepted")
     HOLD_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     hold: Hold
-    def __init__(self, hold: _Optional[_Union[Hold, _Mapping]] = ...) -> None: ...
+    probe_accepted: bool
+    def __init__(self, hold: _Optional[_Union[Hold, _Mapping]] = ..., probe_accepted: _Optional[bool] = ...) -> None: ...
 
 class ListHoldsRequest(_message.Message):
     __slots__ = ("catalog", "dependency", "tenant", "page_size", "page_token")
@@ -285,25 +291,29 @@ class ReleaseHoldResponse(_message.Message):
     def __init__(self, hold: _Optional[_Union[Hold, _Mapping]] = ...) -> None: ...
 
 class WatchHoldsRequest(_message.Message):
-    __slots__ = ("catalog", "dependency", "tenant")
+    __slots__ = ("catalog", "dependency", "tenant", "dependencies")
     CATALOG_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     catalog: str
     dependency: str
     tenant: str
-    def __init__(self, catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    dependencies: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WatchHoldsResponse(_message.Message):
-    __slots__ = ("kind", "hold")
+    __slots__ = ("kind", "hold", "server_time")
     KIND_FIELD_NUMBER: _ClassVar[int]
     HOLD_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
     kind: HoldEventKind
     hold: Hold
-    def __init__(self, kind: _Optional[_Union[HoldEventKind, str]] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ...) -> None: ...
+    server_time: _timestamp_pb2.Timestamp
+    def __init__(self, kind: _Optional[_Union[HoldEventKind, str]] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ..., server_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Hold(_message.Message):
-    __slots__ = ("id", "catalog", "dependency", "tenant", "method", "scope", "kind", "since", "until", "code", "rule", "reason")
+    __slots__ = ("id", "catalog", "dependency", "tenant", "method", "scope", "kind", "since", "until", "code", "rule", "reason", "probing", "next_probe_at")
     ID_FIELD_NUMBER: _ClassVar[int]
     CATALOG_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +326,8 @@ class Hold(_message.Message):
     CODE_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    PROBING_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PROBE_AT_FIELD_NUMBER: _ClassVar[int]
     id: str
     catalog: str
     dependency: str
@@ -328,7 +340,9 @@ class Hold(_message.Message):
     code: str
     rule: str
     reason: str
-    def __init__(self, id: _Optional[str] = ..., catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ..., method: _Optional[str] = ..., scope: _Optional[_Union[Scope, str]] = ..., kind: _Optional[_Union[HoldKind, str]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    probing: bool
+    next_probe_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ..., method: _Optional[str] = ..., scope: _Optional[_Union[Scope, str]] = ..., kind: _Optional[_Union[HoldKind, str]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., code: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., probing: _Optional[bool] = ..., next_probe_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
     __slots__ = ("failure", "locale")
@@ -403,7 +417,7 @@ class ListCatalogsResponse(_message.Message):
     def __init__(self, catalogs: _Optional[_Iterable[_Union[Catalog, _Mapping]]] = ..., policy_version: _Optional[str] = ..., default_catalog: _Optional[str] = ...) -> None: ...
 
 class Catalog(_message.Message):
-    __slots__ = ("name", "description", "max_attempts", "backoff", "schedule_ms", "codes", "unknown", "no_envelope", "locales", "exhausted_terminal_state", "read_words", "write_words", "max_delay_ms", "quota_reset", "budgets")
+    __slots__ = ("name", "description", "max_attempts", "backoff", "schedule_ms", "codes", "unknown", "no_envelope", "locales", "exhausted_terminal_state", "read_words", "write_words", "max_delay_ms", "quota_reset", "budgets", "extends")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -419,6 +433,7 @@ class Catalog(_message.Message):
     MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     QUOTA_RESET_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    EXTENDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     max_attempts: int
@@ -434,7 +449,8 @@ class Catalog(_message.Message):
     max_delay_ms: int
     quota_reset: str
     budgets: _containers.RepeatedCompositeFieldContainer[CatalogBudget]
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., max_attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., schedule_ms: _Optional[_Iterable[int]] = ..., codes: _Optional[_Iterable[_Union[CatalogCode, _Mapping]]] = ..., unknown: _Optional[_Union[CatalogCode, _Mapping]] = ..., no_envelope: _Optional[_Union[CatalogCode, _Mapping]] = ..., locales: _Optional[_Iterable[str]] = ..., exhausted_terminal_state: _Optional[str] = ..., read_words: _Optional[_Iterable[str]] = ..., write_words: _Optional[_Iterable[str]] = ..., max_delay_ms: _Optional[int] = ..., quota_reset: _Optional[str] = ..., budgets: _Optional[_Iterable[_Union[CatalogBudget, _Mapping]]] = ...) -> None: ...
+    extends: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., max_attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., schedule_ms: _Optional[_Iterable[int]] = ..., codes: _Optional[_Iterable[_Union[CatalogCode, _Mapping]]] = ..., unknown: _Optional[_Union[CatalogCode, _Mapping]] = ..., no_envelope: _Optional[_Union[CatalogCode, _Mapping]] = ..., locales: _Optional[_Iterable[str]] = ..., exhausted_terminal_state: _Optional[str] = ..., read_words: _Optional[_Iterable[str]] = ..., write_words: _Optional[_Iterable[str]] = ..., max_delay_ms: _Optional[int] = ..., quota_reset: _Optional[str] = ..., budgets: _Optional[_Iterable[_Union[CatalogBudget, _Mapping]]] = ..., extends: _Optional[str] = ...) -> None: ...
 
 class Backoff(_message.Message):
     __slots__ = ("base_ms", "multiplier", "cap_ms")
@@ -447,7 +463,7 @@ class Backoff(_message.Message):
     def __init__(self, base_ms: _Optional[int] = ..., multiplier: _Optional[float] = ..., cap_ms: _Optional[int] = ...) -> None: ...
 
 class CatalogCode(_message.Message):
-    __slots__ = ("code", "aliases", "target_reached", "read_verdict", "write_verdict", "delay", "condition", "retried_write_verdict", "write_with_retry_after_verdict", "read", "write", "retried_write", "write_with_retry_after", "max_delay_ms")
+    __slots__ = ("code", "aliases", "target_reached", "read_verdict", "write_verdict", "delay", "condition", "retried_write_verdict", "write_with_retry_after_verdict", "read", "write", "retried_write", "write_with_retry_after", "max_delay_ms", "origin")
     CODE_FIELD_NUMBER: _ClassVar[int]
     ALIASES_FIELD_NUMBER: _ClassVar[int]
     TARGET_REACHED_FIELD_NUMBER: _ClassVar[int]
@@ -462,6 +478,7 @@ class CatalogCode(_message.Message):
     RETRIED_WRITE_FIELD_NUMBER: _ClassVar[int]
     WRITE_WITH_RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     code: str
     aliases: _containers.RepeatedScalarFieldContainer[str]
     target_reached: TargetReached
@@ -476,7 +493,8 @@ class CatalogCode(_message.Message):
     retried_write: CatalogRule
     write_with_retry_after: CatalogRule
     max_delay_ms: int
-    def __init__(self, code: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., target_reached: _Optional[_Union[TargetReached, str]] = ..., read_verdict: _Optional[_Union[Verdict, str]] = ..., write_verdict: _Optional[_Union[Verdict, str]] = ..., delay: _Optional[str] = ..., condition: _Optional[str] = ..., retried_write_verdict: _Optional[_Union[Verdict, str]] = ..., write_with_retry_after_verdict: _Optional[_Union[Verdict, str]] = ..., read: _Optional[_Union[CatalogRule, _Mapping]] = ..., write: _Optional[_Union[CatalogRule, _Mapping]] = ..., retried_write: _Optional[_Union[CatalogRule, _Mapping]] = ..., write_with_retry_after: _Optional[_Union[CatalogRule, _Mapping]] = ..., max_delay_ms: _Optional[int] = ...) -> None: ...
+    origin: str
+    def __init__(self, code: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., target_reached: _Optional[_Union[TargetReached, str]] = ..., read_verdict: _Optional[_Union[Verdict, str]] = ..., write_verdict: _Optional[_Union[Verdict, str]] = ..., delay: _Optional[str] = ..., condition: _Optional[str] = ..., retried_write_verdict: _Optional[_Union[Verdict, str]] = ..., write_with_retry_after_verdict: _Optional[_Union[Verdict, str]] = ..., read: _Optional[_Union[CatalogRule, _Mapping]] = ..., write: _Optional[_Union[CatalogRule, _Mapping]] = ..., retried_write: _Optional[_Union[CatalogRule, _Mapping]] = ..., write_with_retry_after: _Optional[_Union[CatalogRule, _Mapping]] = ..., max_delay_ms: _Optional[int] = ..., origin: _Optional[str] = ...) -> None: ...
 
 class CatalogRule(_message.Message):
     __slots__ = ("rule", "verdict", "side_effect_state", "required_transition", "reconciliation_action", "scope", "reconcile_before_retry", "reason", "hold_kind", "hold_scope", "hold_ms", "probe_every_ms")
