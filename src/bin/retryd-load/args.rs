@@ -52,6 +52,33 @@ pub struct Args {
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// `--call place-holds`: tenants to place a FrontSpin quota stop for
+    /// (one Classify each; pass the same number as `-n`).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub tenants: u32,
+    /// `--call place-holds`: spread the tenants over this many dependencies
+    /// (`frontspin-bench-<n % N>`); `--call watch`: stream `s` watches
+    /// dependency `s % N` only. 0: one dependency (`frontspin-bench`), and
+    /// every stream watches every hold.
+    #[arg(long, default_value_t = 0)]
+    pub dependencies: u32,
+    /// `--call list-holds`: ask only for this dependency's holds (empty: all).
+    #[arg(long, default_value = "")]
+    pub list_dependency: String,
+    /// `--call watch`: WatchHolds streams to open (kept open for `-z`).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub streams: u32,
+    /// `--call watch`: local addresses the connections are bound to, streams
+    /// dealt round robin (the server counts streams per caller = address).
+    #[arg(long = "source", value_delimiter = ',', default_value = "127.0.0.1")]
+    pub sources: Vec<std::net::IpAddr>,
+    /// `--call watch`: streams sharing one HTTP/2 connection.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub streams_per_connection: u32,
+    /// `--call watch`: never read — the connections advertise an HTTP/2
+    /// receive window of 0, so the server cannot send one byte of an event.
+    #[arg(long)]
+    pub never_read: bool,
 }
 
 /// The RPC under load.
@@ -65,6 +92,14 @@ pub enum Call {
     Health,
     /// `retryd.v1.RetryDecisionService/Admit` ("may I call now?").
     Admit,
+    /// `ListHolds` with `page_size = 1` (the first hold by id).
+    ListHolds,
+    /// Classify FrontSpin RATE_LIMITED for `--tenants` tenants, resetting in
+    /// an hour: one tenant quota stop each (`decisions` counts the answers
+    /// that carry a hold).
+    PlaceHolds,
+    /// `WatchHolds` streams (see `--streams`, `--source`, `--never-read`).
+    Watch,
 }
 
 impl Call {
@@ -75,6 +110,9 @@ impl Call {
             Call::Batch => "batch",
             Call::Health => "health",
             Call::Admit => "admit",
+            Call::ListHolds => "list-holds",
+            Call::PlaceHolds => "place-holds",
+            Call::Watch => "watch",
         }
     }
 }

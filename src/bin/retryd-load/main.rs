@@ -1,4 +1,5 @@
-//! `retryd-load`: a tonic load generator for retryd (see `bench/run.sh`).
+//! `retryd-load`: a tonic load generator for retryd (see `bench/run.sh`;
+//! `--call watch` and `--call place-holds` serve `bench/holds.sh`).
 //!
 //! Exit codes: 0 when at least one call was answered OK, 1 when none was,
 //! 2 when the flags are bad or the server cannot be reached.
@@ -6,6 +7,7 @@
 mod args;
 mod report;
 mod runner;
+mod watch;
 mod workload;
 
 use std::process::ExitCode;
@@ -27,6 +29,22 @@ fn main() -> ExitCode {
         }
     };
     rt.block_on(async {
+        if args.call == args::Call::Watch {
+            return match watch::run(&args).await {
+                Ok(report) => {
+                    println!("{}", serde_json::to_string(&report).unwrap_or_default());
+                    if report.opened == 0 {
+                        ExitCode::from(1)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e) => {
+                    eprintln!("retryd-load: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         let channels = match runner::connect(&args).await {
             Ok(c) => c,
             Err(e) => {

@@ -222,6 +222,30 @@ impl Pool {
                     .map(|_| Bytes::from(workload::admit_request(&mut rng).encode_to_vec()))
                     .collect(),
             ),
+            Call::ListHolds => (
+                "/retryd.v1.RetryDecisionService/ListHolds",
+                vec![Bytes::from(
+                    pb::ListHoldsRequest {
+                        page_size: 1,
+                        dependency: args.list_dependency.clone(),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                )],
+            ),
+            Call::PlaceHolds => {
+                let resets_at = std::time::SystemTime::now() + Duration::from_secs(3600);
+                (
+                    "/retryd.v1.RetryDecisionService/Classify",
+                    (0..u64::from(args.tenants))
+                        .map(|n| {
+                            Bytes::from(workload::quota_stop_request(n, args.dependencies, resets_at).encode_to_vec())
+                        })
+                        .collect(),
+                )
+            }
+            // Streams, not a closed loop of unary calls: see watch.rs.
+            Call::Watch => ("/retryd.v1.RetryDecisionService/WatchHolds", Vec::new()),
             Call::Health => (
                 "/grpc.health.v1.Health/Check",
                 vec![Bytes::from(
@@ -415,6 +439,22 @@ async fn call(grpc: &mut Grpc<Channel>, pool: &Pool, body: Bytes, timeout: Durat
                     .await?;
                 Ok(Decided::default())
             }
+            Call::ListHolds => {
+                grpc.unary(request, path, RawCodec::<pb::ListHoldsResponse>::default())
+                    .await?;
+                Ok(Decided::default())
+            }
+            Call::PlaceHolds => {
+                let r = grpc
+                    .unary(request, path, RawCodec::<pb::ClassifyResponse>::default())
+                    .await?;
+                let held = r.get_ref().decision.as_ref().is_some_and(|d| d.hold.is_some());
+                Ok(Decided {
+                    decisions: u64::from(held),
+                    item_errors: 0,
+                })
+            }
+            Call::Watch => Err(Status::unimplemented("watch streams are run by watch.rs")),
             Call::Health => {
                 grpc.unary(
                     request,

@@ -235,3 +235,38 @@ pub fn batch_request(rng: &mut Rng, size: u32, first: u64) -> pb::ClassifyBatchR
         locale: locale(rng),
     }
 }
+
+/// Dependency `n` of `spread` of the quota stops `--call place-holds`
+/// places (`spread` 0: one dependency).
+pub fn holds_dependency(n: u64, spread: u32) -> String {
+    if spread == 0 {
+        "frontspin-bench".to_owned()
+    } else {
+        format!("frontspin-bench-{}", n % u64::from(spread))
+    }
+}
+
+/// FrontSpin's RATE_LIMITED for tenant number `n` on dependency
+/// [`holds_dependency`]`(n, spread)`, the allowance coming back at
+/// `resets_at`: a tenant quota stop (names of at most 20 bytes, within the
+/// "typical lengths" of issue 22).
+pub fn quota_stop_request(n: u64, spread: u32, resets_at: std::time::SystemTime) -> pb::ClassifyRequest {
+    let since = resets_at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    pb::ClassifyRequest {
+        failure: Some(pb::Failure {
+            catalog: "frontspin".into(),
+            code: "RATE_LIMITED".into(),
+            operation: pb::OperationKind::Write as i32,
+            method: "crm.deal.add".into(),
+            attempt: 1,
+            dependency: holds_dependency(n, spread),
+            tenant: format!("bench-{n:06}"),
+            quota_resets_at: Some(prost_types::Timestamp {
+                seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+                nanos: 0,
+            }),
+            ..Default::default()
+        }),
+        locale: String::new(),
+    }
+}
