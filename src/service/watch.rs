@@ -173,7 +173,25 @@ pub struct WatchEvent {
 }
 
 /// The stream of a watch: events, then an error when it ends abnormally.
-pub type WatchEvents = ReceiverStream<Result<WatchEvent, Error>>;
+/// It holds its caller's place until the door drops it — a stalled stream
+/// whose connection never takes its last message still counts against the
+/// caller's cap, so stalling cannot open more than the cap.
+#[derive(Debug)]
+pub struct WatchEvents {
+    events: ReceiverStream<Result<WatchEvent, Error>>,
+    _seat: Seat,
+}
+
+impl tokio_stream::Stream for WatchEvents {
+    type Item = Result<WatchEvent, Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::pin::Pin::new(&mut self.events).poll_next(cx)
+    }
+}
 
 /// The sending end of one stream.
 struct Out {
@@ -238,12 +256,14 @@ impl Service {
             stall: limits.stall_timeout.max(Duration::from_millis(1)),
         };
         tokio::spawn(async move {
-            let _seat = seat;
             if snapshot(&fleet, &filter, operator, &out).await {
                 follow(&fleet, &filter, operator, &out, events, draining).await;
             }
         });
-        Ok(ReceiverStream::new(rx))
+        Ok(WatchEvents {
+            events: ReceiverStream::new(rx),
+            _seat: seat,
+        })
     }
 }
 
@@ -428,7 +448,11 @@ mod tests {
         // Never read for longer than the stall timeout: the producer stops at
         // a few queued events, never a copy of the 2 000 holds.
         tokio::time::sleep(Duration::from_millis(600)).await;
-        assert_eq!(s.watchers.open(), 0, "the stalled stream's place is given back");
+        assert_eq!(
+            s.watchers.open(),
+            1,
+            "a stalled stream keeps its caller's place while the door holds it"
+        );
         let mut got = 0;
         let mut last = None;
         while let Some(ev) = events.next().await {
@@ -441,6 +465,8 @@ mod tests {
         let e = last.expect("ended with an error");
         assert_eq!(e.kind, ErrorKind::ResourceExhausted);
         assert!(e.to_string().contains("--stall-timeout"), "{e}");
+        drop(events);
+        assert_eq!(s.watchers.open(), 0, "the place comes back with the stream");
     }
 
     #[tokio::test]

@@ -211,7 +211,12 @@ pub async fn quota_stop(a: &Server, b: &Server) {
     let reset = next_utc_midnight();
     assert_eq!(ms(&hold.until), reset, "until the next daily reset (00:00 UTC)");
     let retry = d.retry.expect("contract");
-    assert_eq!(retry.strategy(), pb::Strategy::Hold, "{retry:?}");
+    // Within FrontSpin's first schedule step (15 min) of the reset, the
+    // schedule outlasts the stop and sets the wait: the hold is met below.
+    let far_from_reset = reset - now_ms() > 16 * 60_000;
+    if far_from_reset {
+        assert_eq!(retry.strategy(), pb::Strategy::Hold, "{retry:?}");
+    }
     assert!(retry.after_ms as i64 >= reset - now_ms() - 1_000, "{retry:?}");
 
     let placed = next_event(&mut watch, pb::HoldEventKind::Placed).await;
