@@ -233,3 +233,48 @@ fn check_given_a_test_table_by_name_runs_it_as_a_test() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_matrix_of_an_amended_catalog_marks_what_the_amendment_changed() {
+    let dir = std::env::temp_dir().join(format!("retryd-matrix-amend-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("vibecode-eu.toml"),
+        r#"name = "vibecode-eu"
+extends = "vibecode"
+remove = ["DB_TRANSIENT"]
+
+[[codes]]
+code = "BITRIX_TIMEOUT"
+write = { verdict = "do_not_retry" }
+
+[[codes]]
+code = "PORTAL_MOVED"
+target_reached = "no"
+condition.en = "The portal moved."
+condition.ru = "Портал переехал."
+read = { verdict = "do_not_retry" }
+write = { verdict = "do_not_retry" }
+"#,
+    )
+    .unwrap();
+    let out = retryd(&[
+        "policy",
+        "matrix",
+        "--policy",
+        dir.to_str().unwrap(),
+        "--catalog",
+        "vibecode-eu",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("Amends `vibecode`"), "{text}");
+    assert!(text.contains("| `BITRIX_TIMEOUT` *(amended)* |"), "{text}");
+    assert!(text.contains("| `PORTAL_MOVED` *(added)* |"), "{text}");
+    assert!(
+        text.contains("| `QUEUE_OVERFLOW` |"),
+        "unchanged codes carry no mark: {text}"
+    );
+    assert!(!text.contains("DB_TRANSIENT"), "removed: {text}");
+}

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::core::catalog::{Catalog, compile_catalog};
+use crate::core::catalog::{Catalog, amend, compile_catalog};
 use crate::core::hold::HoldKind;
 use crate::core::policy::duplicate_name;
 use crate::core::{Locale, TargetReached, Verdict};
@@ -200,27 +200,48 @@ pub fn matrix(c: &Catalog, locale: Locale) -> String {
     } else {
         "| Code | Did the target call reach the dependency | Read | Write | Condition and explanation |"
     };
+    if let Some(base) = c.extends() {
+        let _ = if ru {
+            writeln!(
+                out,
+                "Дополняет каталог `{base}`: коды с пометкой *(amended)* изменены, *(added)* добавлены.\n"
+            )
+        } else {
+            writeln!(
+                out,
+                "Amends `{base}`: codes marked *(amended)* are changed, *(added)* are new; the rest are `{base}`'s as they are.\n"
+            )
+        };
+    }
     let _ = writeln!(out, "{head}\n|---|---|---|---|---|");
-    let rows = c.codes().iter().map(|e| (format!("`{}`", e.code), e)).chain([
-        (
-            if ru {
-                "*неизвестный код*"
-            } else {
-                "*unknown code*"
-            }
-            .to_owned(),
-            c.unknown(),
-        ),
-        (
-            if ru {
-                "*нет конверта*"
-            } else {
-                "*no envelope*"
-            }
-            .to_owned(),
-            c.no_envelope(),
-        ),
-    ]);
+    let mark = |code: &str| match c.origin_of(code) {
+        Some(o @ (amend::CodeOrigin::Amended(_) | amend::CodeOrigin::Added(_))) => format!(" *({})*", o.as_str()),
+        _ => String::new(),
+    };
+    let rows = c
+        .codes()
+        .iter()
+        .map(|e| (format!("`{}`{}", e.code, mark(&e.code)), e))
+        .chain([
+            (
+                if ru {
+                    "*неизвестный код*"
+                } else {
+                    "*unknown code*"
+                }
+                .to_owned(),
+                c.unknown(),
+            ),
+            (
+                if ru {
+                    "*нет конверта*"
+                } else {
+                    "*no envelope*"
+                }
+                .to_owned(),
+                c.no_envelope(),
+            ),
+        ]);
     for (code, e) in rows {
         let aliases: String = e.aliases.iter().map(|a| format!(" (`{a}`)")).collect();
         let _ = writeln!(
