@@ -24,7 +24,13 @@ const NOW: UnixMillis = UnixMillis(1_786_190_700_000);
 static API: LazyLock<RetryDecisionApi> = LazyLock::new(|| {
     let policy = Policy::embedded().expect("embedded policy");
     // A small batch limit so the over-limit branch is reachable with small inputs.
-    RetryDecisionApi::new(Arc::new(ArcSwap::from_pointee(policy)), ServiceConfig { max_batch: 64 })
+    RetryDecisionApi::new(
+        Arc::new(ArcSwap::from_pointee(policy)),
+        ServiceConfig {
+            max_batch: 64,
+            ..Default::default()
+        },
+    )
 });
 
 fn check_decision(d: &pb::Decision) {
@@ -47,7 +53,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let pooled = pool::decode_batch_request(data);
     let fresh = pb::ClassifyBatchRequest::decode(data);
-    assert_eq!(pooled.as_ref().ok(), fresh.as_ref().ok(), "pooled decode differs from prost's");
+    assert_eq!(
+        pooled.as_ref().ok(),
+        fresh.as_ref().ok(),
+        "pooled decode differs from prost's"
+    );
     if let Ok(req) = pooled {
         let decided = API.classify_batch_at(&req, NOW);
         match &decided {
