@@ -249,6 +249,8 @@ pub struct Mirror {
     len: AtomicUsize,
     max_holds: usize,
     evicted: AtomicU64,
+    /// Evicted holds waiting in `evicted_out`: asking costs no lock when none are.
+    evicted_pending: AtomicUsize,
     events: broadcast::Sender<HoldEvent>,
 }
 
@@ -260,6 +262,7 @@ impl Mirror {
             len: AtomicUsize::new(0),
             max_holds: max_holds.max(1),
             evicted: AtomicU64::new(0),
+            evicted_pending: AtomicUsize::new(0),
             events: broadcast::channel(4096).0,
         }
     }
@@ -555,6 +558,7 @@ impl Mirror {
                     "hold evicted at --max-holds"
                 );
                 state.evicted_out.push(h.clone());
+                self.evicted_pending.fetch_add(1, Ordering::Relaxed);
             }
             self.emit(HoldEventKind::Lifted, &h);
         }
@@ -564,10 +568,14 @@ impl Mirror {
     /// The holds evicted since the last call: their owner writes their
     /// tombstones, so every replica drops them too.
     pub fn drain_evicted(&self) -> Vec<Hold> {
-        if self.evicted() == 0 {
+        // Only evictions since the last drain take the lock: a replica that
+        // evicted once must not pay a write lock on every placement after.
+        if self.evicted_pending.load(Ordering::Relaxed) == 0 {
             return Vec::new();
         }
-        std::mem::take(&mut self.write().evicted_out)
+        let mut state = self.write();
+        self.evicted_pending.store(0, Ordering::Relaxed);
+        std::mem::take(&mut state.evicted_out)
     }
 
     /// Applies another replica's placement or extension: the later end wins;

@@ -459,15 +459,6 @@ impl Fleet {
         Some(lifted)
     }
 
-    /// The holds in force matching the filters (empty matches all), ending soonest first.
-    pub fn list(&self, catalog: &str, dependency: &str, tenant: &str, now: UnixMillis) -> Vec<Hold> {
-        self.mirror
-            .snapshot(now)
-            .into_iter()
-            .filter(|h| matches(h, catalog, dependency, tenant))
-            .collect()
-    }
-
     /// What non-operators see instead of a tenant's name: `h:` and 16 hex
     /// digits of a keyed SHA-256 (empty stays empty).
     pub fn hash_tenant(&self, tenant: &str) -> String {
