@@ -104,13 +104,17 @@ struct State {
     by_key: HashMap<Arc<str>, Vec<Hold>, foldhash::fast::RandomState>,
     /// hold id → storage key, in id order: ListHolds' cursor and a watch's
     /// snapshot walk it (an extended hold keeps its place).
-    by_id: BTreeMap<String, Arc<str>>,
+    by_id: BTreeMap<Id, Arc<str>>,
+    /// dependency → its holds' ids, in id order: a dependency filter (a
+    /// client mirror's watch, ListHolds) walks only that dependency's
+    /// holds. The ids are `by_id`'s own (no copy).
+    by_dep: HashMap<Box<str>, BTreeSet<Id>, foldhash::fast::RandomState>,
     /// hold id → what is known of its latest probe slot.
     probes: HashMap<String, ProbeRecord>,
     /// (instant, hold id): when each hold next changes by itself — its
     /// probe phase begins (`until`, for a hold with a phase) or it ends —
     /// so the sweep touches only what is due, not every hold.
-    due: BTreeSet<(UnixMillis, String)>,
+    due: BTreeSet<(UnixMillis, Id)>,
     /// Holds by kind and scope, kept as holds come and go (the gauges).
     counts: [[usize; 3]; 4],
     /// The eviction order at the cap, by (corroboration, standing, scope
@@ -119,6 +123,9 @@ struct State {
     /// Holds evicted since the owner last asked (it writes their tombstones).
     evicted_out: Vec<Hold>,
 }
+
+/// A hold id as the indexes keep it: one allocation shared by all of them.
+type Id = Arc<str>;
 
 /// (corroboration, standing, 0 for tenant holds / 1 for wider ones).
 type BucketKey = (u8, Standing, u8);
@@ -131,16 +138,16 @@ fn bucket_key(h: &Hold) -> BucketKey {
 /// The holds of one rank, by placer.
 #[derive(Debug, Default)]
 struct Bucket {
-    by_placer: HashMap<u32, std::collections::BTreeSet<String>>,
+    by_placer: HashMap<u32, std::collections::BTreeSet<Id>>,
     /// (holds of the placer here, placer): the last is the biggest placer.
     order: BTreeSet<(usize, u32)>,
 }
 
 impl Bucket {
-    fn add(&mut self, placer: u32, id: &str) {
+    fn add(&mut self, placer: u32, id: &Id) {
         let ids = self.by_placer.entry(placer).or_default();
         self.order.remove(&(ids.len(), placer));
-        ids.insert(id.to_owned());
+        ids.insert(Arc::clone(id));
         self.order.insert((ids.len(), placer));
     }
 
@@ -158,7 +165,7 @@ impl Bucket {
     }
 
     /// A hold of the placer with the most holds here.
-    fn victim(&self) -> Option<&String> {
+    fn victim(&self) -> Option<&Id> {
         let (_, placer) = self.order.last()?;
         self.by_placer.get(placer)?.first()
     }
@@ -173,19 +180,44 @@ impl State {
         self.by_key.get(key)?.iter().find(|h| h.kind == kind)
     }
 
+    /// The shared id of a hold in `by_id` (a fresh one if it is not there).
+    fn id_of(&self, id: &str) -> Id {
+        match self.by_id.get_key_value(id) {
+            Some((shared, _)) => Arc::clone(shared),
+            None => Arc::from(id),
+        }
+    }
+
     fn index(&mut self, h: &Hold, add: bool) {
+        let id = self.id_of(&h.id);
         for at in due_instants(h).into_iter().flatten() {
             if add {
-                self.due.insert((at, h.id.clone()));
+                self.due.insert((at, Arc::clone(&id)));
             } else {
-                self.due.remove(&(at, h.id.clone()));
+                self.due.remove(&(at, Arc::clone(&id)));
+            }
+        }
+        let dependency = h.key.dependency.as_str();
+        if add {
+            match self.by_dep.get_mut(dependency) {
+                Some(ids) => {
+                    ids.insert(Arc::clone(&id));
+                }
+                None => {
+                    self.by_dep.insert(dependency.into(), BTreeSet::from([Arc::clone(&id)]));
+                }
+            }
+        } else if let Some(ids) = self.by_dep.get_mut(dependency) {
+            ids.remove(&*id);
+            if ids.is_empty() {
+                self.by_dep.remove(dependency);
             }
         }
         let count = &mut self.counts[h.kind.index()][h.key.scope as usize];
         *count = if add { *count + 1 } else { count.saturating_sub(1) };
         let key = bucket_key(h);
         if add {
-            self.buckets.entry(key).or_default().add(h.rank.placer(), &h.id);
+            self.buckets.entry(key).or_default().add(h.rank.placer(), &id);
         } else if let Some(b) = self.buckets.get_mut(&key) {
             b.remove(h.rank.placer(), &h.id);
             if b.by_placer.is_empty() {
@@ -195,12 +227,12 @@ impl State {
     }
 
     fn insert(&mut self, key: String, hold: Hold) -> Option<Hold> {
-        let id = hold.id.clone();
+        let id = self.id_of(&hold.id);
         let key: Arc<str> = match self.by_key.get_key_value(key.as_str()) {
             Some((shared, _)) => Arc::clone(shared),
             None => Arc::from(key),
         };
-        self.by_id.insert(id.clone(), Arc::clone(&key));
+        self.by_id.insert(Arc::clone(&id), Arc::clone(&key));
         let indexed = hold.clone();
         let holds = self.by_key.entry(key).or_insert_with(|| Vec::with_capacity(1));
         let old = match holds.iter_mut().find(|h| h.kind == hold.kind) {
@@ -216,8 +248,8 @@ impl State {
         }
         self.index(&indexed, true);
         if let Some(old) = &old {
-            if old.id != id {
-                self.by_id.remove(&old.id);
+            if *old.id != *id {
+                self.by_id.remove(old.id.as_str());
                 self.probes.remove(&old.id);
             }
         }
@@ -414,7 +446,44 @@ impl Mirror {
             if out.len() >= limit {
                 break;
             }
-            let found = state.by_key.get(key).and_then(|hs| hs.iter().find(|h| &h.id == id));
+            let found = state.by_key.get(key).and_then(|hs| hs.iter().find(|h| *h.id == **id));
+            if let Some(h) = found.filter(|h| h.active(now) && keep(h)) {
+                out.push(h.clone());
+            }
+        }
+        out
+    }
+
+    /// [`Self::page`] over one dependency's holds only (its index): a
+    /// filter by dependency costs that dependency's holds, not every hold.
+    pub fn page_of(
+        &self,
+        dependency: &str,
+        after: &str,
+        limit: usize,
+        now: UnixMillis,
+        keep: impl Fn(&Hold) -> bool,
+    ) -> Vec<Hold> {
+        use std::ops::Bound;
+        let state = self.read();
+        let Some(ids) = state.by_dep.get(dependency) else {
+            return Vec::new();
+        };
+        let start = if after.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(after)
+        };
+        let mut out = Vec::with_capacity(limit.min(1024));
+        for id in ids.range::<str, _>((start, Bound::Unbounded)) {
+            if out.len() >= limit {
+                break;
+            }
+            let found = state
+                .by_id
+                .get(&**id)
+                .and_then(|key| state.by_key.get(key))
+                .and_then(|hs| hs.iter().find(|h| *h.id == **id));
             if let Some(h) = found.filter(|h| h.active(now) && keep(h)) {
                 out.push(h.clone());
             }
@@ -522,7 +591,7 @@ impl Mirror {
                     .by_id
                     .get(id)
                     .and_then(|k| state.by_key.get(k))
-                    .and_then(|hs| hs.iter().find(|h| &h.id == id))
+                    .and_then(|hs| hs.iter().find(|h| *h.id == **id))
                     .is_some_and(|h| !h.active(now))
             })
             .map(|(_, id)| id.clone());
@@ -621,9 +690,9 @@ impl Mirror {
         if self.is_empty() {
             return 0;
         }
-        let due: Vec<(UnixMillis, String)> = {
+        let due: Vec<(UnixMillis, Id)> = {
             let state = self.read();
-            state.due.range(..(now.plus_ms(1), String::new())).cloned().collect()
+            state.due.range(..(now.plus_ms(1), Id::from(""))).cloned().collect()
         };
         let mut lifted = 0;
         for (at, id) in due {
@@ -632,7 +701,7 @@ impl Mirror {
                 lifted += usize::from(self.lift(&id).is_some());
             } else if h.probe_window_ms > 0 && at == h.until && h.probing(now) {
                 let mut state = self.write();
-                let still = state.due.remove(&(at, id.clone()));
+                let still = state.due.remove(&(at, Arc::clone(&id)));
                 drop(state);
                 if still {
                     self.emit(HoldEventKind::Probing, &h);

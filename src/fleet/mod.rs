@@ -472,10 +472,13 @@ impl Fleet {
         h.update(key);
         h.update(tenant.as_bytes());
         let digest = h.finalize();
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = String::with_capacity(18);
         out.push_str("h:");
+        // Sent with every hold a non-operator sees: no formatter, no allocation per byte.
         for b in &digest[..8] {
-            out.push_str(&format!("{b:02x}"));
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
         }
         out
     }

@@ -217,9 +217,15 @@ impl Service {
             return Err(Error::invalid("page_token", "is not a token this server gave"));
         }
         // One more than asked: whether another page follows.
-        let mut holds = fleet.mirror().page(page_token, size + 1, UnixMillis::now(), |h| {
-            matches(h, filter.catalog, filter.dependency, filter.tenant)
-        });
+        // A dependency filter walks that dependency's index, in the same id order.
+        let keep = |h: &Hold| matches(h, filter.catalog, filter.dependency, filter.tenant);
+        let mut holds = if filter.dependency.is_empty() {
+            fleet.mirror().page(page_token, size + 1, UnixMillis::now(), keep)
+        } else {
+            fleet
+                .mirror()
+                .page_of(filter.dependency, page_token, size + 1, UnixMillis::now(), keep)
+        };
         let more = holds.len() > size;
         holds.truncate(size);
         let next_page_token = match holds.last() {

@@ -267,12 +267,34 @@ impl Service {
     }
 }
 
-/// Sends the holds in force, page by page in id order, then `synced`.
+/// Sends the holds in force, page by page in id order (dependency by
+/// dependency when the watch names some: each through its index), then
+/// `synced`.
 async fn snapshot(fleet: &Fleet, filter: &WatchFilter, operator: bool, out: &Out) -> bool {
+    if filter.dependencies.is_empty() {
+        return pages(fleet, None, filter, operator, out).await && out.send(HoldEventKind::Synced, None).await;
+    }
+    let mut named: Vec<&str> = filter.dependencies.iter().map(String::as_str).collect();
+    named.sort_unstable();
+    named.dedup();
+    for dependency in named {
+        if !pages(fleet, Some(dependency), filter, operator, out).await {
+            return false;
+        }
+    }
+    out.send(HoldEventKind::Synced, None).await
+}
+
+/// Sends the matching holds in force of `dependency` (or of all), page by page.
+async fn pages(fleet: &Fleet, dependency: Option<&str>, filter: &WatchFilter, operator: bool, out: &Out) -> bool {
     let mut after = String::new();
     loop {
         let now = UnixMillis::now();
-        let page = fleet.mirror().page(&after, SNAPSHOT_PAGE, now, |h| filter.matches(h));
+        let keep = |h: &Hold| filter.matches(h);
+        let page = match dependency {
+            Some(d) => fleet.mirror().page_of(d, &after, SNAPSHOT_PAGE, now, keep),
+            None => fleet.mirror().page(&after, SNAPSHOT_PAGE, now, keep),
+        };
         let last = page.len() < SNAPSHOT_PAGE;
         if let Some(h) = page.last() {
             after.clone_from(&h.id);
@@ -288,7 +310,7 @@ async fn snapshot(fleet: &Fleet, filter: &WatchFilter, operator: bool, out: &Out
             }
         }
         if last {
-            return out.send(HoldEventKind::Synced, None).await;
+            return true;
         }
     }
 }

@@ -215,3 +215,46 @@ fn a_probe_token_is_accepted_once_for_its_own_slot() {
     m.mark_probe_taken(&h.id, 3, None);
     assert_eq!(m.redeem_probe(&h.id, 2, "n3"), Redeemed::Superseded);
 }
+
+#[test]
+fn a_dependency_page_walks_only_its_index_in_id_order_and_the_index_empties_with_its_holds() {
+    let m = Mirror::new(100);
+    let mut id = ids();
+    // 30 tenant holds over three dependencies, interleaved.
+    for i in 0..30 {
+        let tenant = format!("t{i}");
+        m.place(
+            &plan(HoldScope::Tenant, ["a", "b", "c"][i % 3], &tenant, 60_000),
+            NOW,
+            &mut id,
+        );
+    }
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = m.page_of("b", &after, 4, NOW, |_| true);
+        let last = page.len() < 4;
+        assert!(page.iter().all(|h| h.key.dependency == "b"));
+        if let Some(h) = page.last() {
+            after.clone_from(&h.id);
+        }
+        seen.extend(page.into_iter().map(|h| h.id));
+        if last {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 10);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    // The same as the whole walk filtered by dependency.
+    let all: Vec<String> = m
+        .page("", 100, NOW, |h| h.key.dependency == "b")
+        .into_iter()
+        .map(|h| h.id)
+        .collect();
+    assert_eq!(seen, all);
+    assert!(m.page_of("nobody", "", 10, NOW, |_| true).is_empty());
+    // Once its holds are gone, a dependency leaves the index.
+    assert_eq!(m.sweep(NOW.plus_ms(61_000)), 30);
+    assert!(m.read().by_dep.is_empty());
+    assert!(m.read().due.is_empty());
+}
