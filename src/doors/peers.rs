@@ -6,6 +6,9 @@ use std::net::IpAddr;
 
 use crate::service::{Error, ErrorKind};
 
+/// How an operator's caller name starts (see [`Operators::caller_of`]).
+pub use crate::fleet::OPERATOR_PREFIX;
+
 /// Who counts as an operator (may release holds and see raw tenant names).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Operators {
@@ -182,8 +185,16 @@ impl Operators {
     /// peer listed in `--trusted-proxies`, the address its `x-forwarded-for`
     /// names (the last one not itself a trusted proxy); else the peer's
     /// address. An IPv6 address counts as its /64: one host owns a /64.
+    ///
+    /// An operator's name is prefixed `op:`: the holds it places rank
+    /// above everyone's at the hold cap (and its limits are its own).
     pub fn caller_of(&self, headers: &http::HeaderMap, extensions: &http::Extensions) -> String {
-        caller_of(headers, extensions, &self.trusted_proxies)
+        let name = caller_of(headers, extensions, &self.trusted_proxies);
+        if self.allows_parts(headers, extensions) {
+            format!("{OPERATOR_PREFIX}{name}")
+        } else {
+            name
+        }
     }
 }
 
@@ -277,6 +288,29 @@ mod caller_tests {
         assert_eq!(
             Operators::default().caller_of(&xff(&["1.2.3.4"]), &from("10.1.1.1:5000")),
             "10.1.1.1"
+        );
+    }
+
+    #[test]
+    fn an_operator_is_named_as_one_so_its_holds_rank_above_everyones() {
+        let ops = Operators {
+            token: Some("s3cret".to_owned()),
+            ..Operators::default()
+        };
+        let mut h = http::HeaderMap::new();
+        h.insert("authorization", "Bearer s3cret".parse().expect("header"));
+        let name = ops.caller_of(&h, &from("192.0.2.7:5000"));
+        assert_eq!(name, "op:192.0.2.7");
+        assert_eq!(crate::fleet::standing_of(&name), crate::core::hold::Standing::Operator);
+        // A wrong token is just its address.
+        h.insert("authorization", "Bearer guess".parse().expect("header"));
+        let name = ops.caller_of(&h, &from("192.0.2.7:5000"));
+        assert_eq!(name, "192.0.2.7");
+        assert_eq!(crate::fleet::standing_of(&name), crate::core::hold::Standing::Anonymous);
+        // A caller cannot name itself an operator: names come from the connection.
+        assert_eq!(
+            crate::fleet::standing_of(&ops.caller_of(&xff(&["op:1.2.3.4"]), &from("10.1.1.1:5000"))),
+            crate::core::hold::Standing::Anonymous
         );
     }
 }

@@ -125,6 +125,22 @@ pub struct Fleet {
     budgets: Arc<budget::Budgets>,
 }
 
+/// How the doors name an operator caller (`op:<who>`): its holds rank
+/// above everyone's at the hold cap.
+pub const OPERATOR_PREFIX: &str = "op:";
+
+/// A caller's standing, from the name the doors gave it: an operator
+/// (`op:…`), a client certificate (`cert:…`), or only an address.
+pub fn standing_of(caller: &str) -> Standing {
+    if caller.starts_with(OPERATOR_PREFIX) {
+        Standing::Operator
+    } else if caller.starts_with("cert:") {
+        Standing::Identified
+    } else {
+        Standing::Anonymous
+    }
+}
+
 impl Fleet {
     /// A fleet memory over `store` (started here).
     pub fn new(config: FleetConfig, store: Arc<dyn SharedStore>) -> Arc<Fleet> {
@@ -231,11 +247,7 @@ impl Fleet {
             metrics::counter!(HOLDS_RATE_LIMITED_TOTAL, "scope" => plan.scope.as_str()).increment(1);
             return PlaceOutcome::RateLimited;
         }
-        let standing = if caller.starts_with("cert:") {
-            Standing::Identified
-        } else {
-            Standing::Anonymous
-        };
+        let standing = standing_of(caller);
         let placed = self.mirror.place_by(plan, caller_hash(caller), standing, now, new_id);
         // Evictions are written as tombstones, so every replica drops them too.
         for evicted in self.mirror.drain_evicted() {

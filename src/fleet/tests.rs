@@ -105,3 +105,33 @@ fn under_an_open_circuit_a_retry_waits_for_the_next_probe_slot_not_the_cap() {
     };
     assert_eq!(Fleet::retry_floor(&pause, NOW), NOW.plus_ms(5_000));
 }
+
+#[test]
+fn at_the_cap_an_operators_hold_outranks_identified_and_anonymous_ones() {
+    let f = Fleet::in_memory(FleetConfig {
+        max_holds: 3,
+        limits: PlacementLimits {
+            per_sec: 1000.0,
+            dependency_per_sec: 1000.0,
+        },
+        tenant_hash_key: b"key".to_vec(),
+        ..FleetConfig::default()
+    });
+    assert!(matches!(
+        f.place(&plan(HoldScope::Dependency, "by-operator"), "op:10.0.0.1", NOW),
+        PlaceOutcome::Held(ref p) if matches!(**p, Placed::New(_))
+    ));
+    // Identified and anonymous callers fill the cap, then keep placing:
+    // they evict one another, never the operator's hold.
+    for i in 0..20 {
+        let dependency = format!("dep-{i}");
+        let caller = if i % 2 == 0 {
+            format!("cert:svc-{i}")
+        } else {
+            format!("10.0.1.{i}")
+        };
+        f.place(&plan(HoldScope::Dependency, &dependency), &caller, NOW);
+    }
+    assert!(f.mirror().evicted() > 0);
+    assert_eq!(f.mirror().covering("vibecode", "by-operator", "", "", NOW).len(), 1);
+}
