@@ -205,8 +205,16 @@ impl Out {
     /// with RESOURCE_EXHAUSTED).
     async fn send(&self, kind: HoldEventKind, hold: Option<Shown>) -> bool {
         // Two places, of which one is used: the last place is kept for the
-        // error that ends a stalled stream.
-        match tokio::time::timeout(self.stall, self.tx.reserve_many(2)).await {
+        // error that ends a stalled stream. Room now needs no timer (most
+        // sends of a snapshot); else wait for it up to the stall timeout.
+        let reserved = match self.tx.try_reserve_many(2) {
+            Ok(permits) => Ok(Ok(permits)),
+            Err(mpsc::error::TrySendError::Closed(())) => return false,
+            Err(mpsc::error::TrySendError::Full(())) => {
+                tokio::time::timeout(self.stall, self.tx.reserve_many(2)).await
+            }
+        };
+        match reserved {
             Ok(Ok(mut permits)) => {
                 if let Some(p) = permits.next() {
                     p.send(Ok(WatchEvent {

@@ -181,7 +181,10 @@ pub async fn the_probe_success_lifts_for_everyone(a: &Server, b: &Server, honour
     let probes = calls.iter().filter(|c| !c.token.is_empty()).count();
     assert_eq!(probes, 1, "one probe: {calls:?}");
     // Every worker was admitted after the success, within the bound.
+    // The figure for polling workers is 100 ms; the test allows 250
+    // for a loaded CI machine and prints what it saw (bench/RESULTS.md).
     let bound = if honour_retry_at { 2_000 } else { 250 };
+    let mut slowest = 0;
     for worker in 0..40 {
         let first = calls
             .iter()
@@ -198,7 +201,12 @@ pub async fn the_probe_success_lifts_for_everyone(a: &Server, b: &Server, honour
             "worker {worker} admitted {} ms after the success (bound {bound})",
             first - success
         );
+        slowest = slowest.max(first - success);
     }
+    eprintln!(
+        "probe success: every {} worker admitted within {slowest} ms of it",
+        if honour_retry_at { "retry_at-honouring" } else { "polling" }
+    );
 }
 
 /// A probe token is accepted once, for its own slot, on any replica; a
