@@ -284,6 +284,11 @@ pub struct Mirror {
     /// Evicted holds waiting in `evicted_out`: asking costs no lock when none are.
     evicted_pending: AtomicUsize,
     events: broadcast::Sender<HoldEvent>,
+    /// Whether the mirror holds what the fleet knows: at once in memory
+    /// mode; under a shared store, once its holds were first read in. A
+    /// watch's `synced` waits for it, so it never vouches for a replica
+    /// just restarted and still empty.
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
 impl Mirror {
@@ -296,7 +301,24 @@ impl Mirror {
             evicted: AtomicU64::new(0),
             evicted_pending: AtomicUsize::new(0),
             events: broadcast::channel(4096).0,
+            loaded: tokio::sync::watch::Sender::new(true),
         }
+    }
+
+    /// A shared store will load the fleet's holds: the mirror is not
+    /// loaded until [`Self::mark_loaded`].
+    pub fn expect_load(&self) {
+        self.loaded.send_replace(false);
+    }
+
+    /// The shared store's holds were read in.
+    pub fn mark_loaded(&self) {
+        self.loaded.send_if_modified(|l| !std::mem::replace(l, true));
+    }
+
+    /// Whether the mirror is loaded, and when it becomes so.
+    pub fn loaded(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.loaded.subscribe()
     }
 
     /// Watches changes from now on.

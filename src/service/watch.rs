@@ -210,9 +210,7 @@ impl Out {
         let reserved = match self.tx.try_reserve_many(2) {
             Ok(permits) => Ok(Ok(permits)),
             Err(mpsc::error::TrySendError::Closed(())) => return false,
-            Err(mpsc::error::TrySendError::Full(())) => {
-                tokio::time::timeout(self.stall, self.tx.reserve_many(2)).await
-            }
+            Err(mpsc::error::TrySendError::Full(())) => tokio::time::timeout(self.stall, self.tx.reserve_many(2)).await,
         };
         match reserved {
             Ok(Ok(mut permits)) => {
@@ -255,15 +253,29 @@ impl Service {
         filter.check()?;
         let limits = self.config.watch;
         let seat = self.watchers.enter(caller, limits)?;
-        let draining = self.draining.clone();
-        // Subscribe before the snapshot: a change in between is seen twice, never missed.
-        let events = fleet.mirror().subscribe();
+        let mut draining = self.draining.clone();
         let (tx, rx) = mpsc::channel(QUEUED_EVENTS + 1);
         let out = Out {
             tx,
             stall: limits.stall_timeout.max(Duration::from_millis(1)),
         };
         tokio::spawn(async move {
+            // A replica just started under a shared store first reads the
+            // fleet's holds in: its snapshot and `synced` wait for that.
+            let mut loaded = fleet.mirror().loaded();
+            tokio::select! {
+                ready = async { loaded.wait_for(|l| *l).await.is_ok() } => if !ready { return },
+                () = out.tx.closed() => return,
+                drained = async { draining.wait_for(|d| *d).await.is_ok() } => {
+                    // Gone without a drain signal: end quietly, as `follow` does.
+                    if drained {
+                        out.fail(shutting_down()).await;
+                    }
+                    return;
+                }
+            }
+            // Subscribe before the snapshot: a change in between is seen twice, never missed.
+            let events = fleet.mirror().subscribe();
             if snapshot(&fleet, &filter, operator, &out).await {
                 follow(&fleet, &filter, operator, &out, events, draining).await;
             }
@@ -323,6 +335,11 @@ async fn pages(fleet: &Fleet, dependency: Option<&str>, filter: &WatchFilter, op
     }
 }
 
+/// How a watch ends when the server drains.
+fn shutting_down() -> Error {
+    Error::new(ErrorKind::Unavailable, "server is shutting down; watch again elsewhere")
+}
+
 /// Sends every change until the stream ends.
 async fn follow(
     fleet: &Fleet,
@@ -335,11 +352,7 @@ async fn follow(
     use tokio::sync::broadcast::error::RecvError;
     loop {
         if *draining.borrow_and_update() {
-            out.fail(Error::new(
-                ErrorKind::Unavailable,
-                "server is shutting down; watch again elsewhere",
-            ))
-            .await;
+            out.fail(shutting_down()).await;
             return;
         }
         tokio::select! {
@@ -418,6 +431,29 @@ mod tests {
         };
         let s = Service::new(policy, config).with_fleet(Arc::clone(&fleet), rx);
         (s, fleet, tx)
+    }
+
+    #[tokio::test]
+    async fn a_replica_still_loading_its_stores_holds_sends_no_snapshot_until_loaded() {
+        let (s, fleet, _drain) = service(5, Duration::from_secs(10));
+        fleet.mirror().expect_load();
+        let mut events = s.watch_holds(WatchFilter::default(), true, "c").expect("watch");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), events.next())
+                .await
+                .is_err(),
+            "no snapshot and no synced while the store's holds are not read in"
+        );
+        fleet.mirror().mark_loaded();
+        let mut placed = 0;
+        loop {
+            let ev = events.next().await.expect("open").expect("event");
+            if ev.kind == HoldEventKind::Synced {
+                break;
+            }
+            placed += 1;
+        }
+        assert_eq!(placed, 5);
     }
 
     #[tokio::test]

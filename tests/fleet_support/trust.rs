@@ -205,7 +205,11 @@ pub async fn the_probe_success_lifts_for_everyone(a: &Server, b: &Server, honour
     }
     eprintln!(
         "probe success: every {} worker admitted within {slowest} ms of it",
-        if honour_retry_at { "retry_at-honouring" } else { "polling" }
+        if honour_retry_at {
+            "retry_at-honouring"
+        } else {
+            "polling"
+        }
     );
 }
 

@@ -402,6 +402,8 @@ impl SharedStore for RedisStore {
     }
 
     fn start(self: Arc<Self>, mirror: Arc<Mirror>) {
+        // Until Redis's holds are read in, this replica's mirror is not the fleet's.
+        mirror.expect_load();
         if self.shared.mirror.set(mirror).is_err() {
             return;
         }

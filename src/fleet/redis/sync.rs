@@ -270,6 +270,7 @@ async fn resync(shared: &Shared, conn: &mut Conn) -> Result<(usize, usize), Stri
     // Written through: the holds placed here that Redis lacks, and the ones
     // extended here that Redis has with an earlier end.
     let mut through = mirror.resync(stored, now);
+    mirror.mark_loaded();
     through.extend(mirror.snapshot(now).into_iter().filter(|h| {
         stored_until
             .get(&(h.key.storage_key(), h.kind))
