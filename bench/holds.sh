@@ -21,7 +21,8 @@
 #    time until every stream received SYNCED (<= 10 s), peak RSS
 #    (<= 256 MiB), server CPU. c) the server killed and started again on the
 #    same port, the 10 000 holds placed again (memory state keeps nothing),
-#    and b)'s 2 000 streams opened at once.
+#    and b)'s 2 000 streams opened at once. d) c) under --state redis: the
+#    holds come back from Redis, and each snapshot must hold them all.
 # 3. The cap: 100 000 holds in force (the default --max-holds): idle CPU over
 #    30 s (<= 3 % of a core), RSS (<= 160 MiB), ListHolds page_size=1 over
 #    200 calls (median and p99 <= 5 ms; also with a dependency filter no
@@ -89,7 +90,7 @@ place() {
 serve_at() {
   local logf="$WORK/$1.log" _ metrics=off
   [[ -n "${3:-}" ]] && metrics="127.0.0.1:$3"
-  "$RETRYD" serve --listen "127.0.0.1:$2" --metrics-listen "$metrics" --state memory \
+  "$RETRYD" serve --listen "127.0.0.1:$2" --metrics-listen "$metrics" --state "${STATE:-memory}" \
     --hold-placements-per-sec 100000 --dependency-holds-per-sec 100000 2>"$logf" &
   PIDS+=($!)
   printf -v "PID_$1" '%s' "$!"
@@ -178,6 +179,16 @@ part2() {
   sleep 2
   idle2="$(rss_kib "$PID_V")"
   storm "$port" "$PID_V" restart 15s 100
+  kill "$PID_V"; wait "$PID_V" 2>/dev/null || true
+  log "part 2: the restart under --state redis: the holds come back from Redis, the streams open as the replica listens"
+  start_redis
+  STATE="$REDIS_URL" serve_at R "$port"
+  place "127.0.0.1:$port" 10000 100
+  sleep 3
+  kill -KILL "$PID_R"; wait "$PID_R" 2>/dev/null || true
+  STATE="$REDIS_URL" serve_at R "$port"
+  storm "$port" "$PID_R" redis 15s 100
+  kill "$PID_R"; wait "$PID_R" 2>/dev/null || true
   say ""
   say "2. Watch capacity (10 000 holds over 100 dependencies; 2 000 reading streams opened at once, one connection each, 40 addresses x 50, so the default --max-watch-streams-per-caller 64 holds)"
   say "   RSS with the holds and no stream: $(mib "$idle") MiB"
@@ -187,8 +198,9 @@ part2() {
   report_storm dep 20
   say "   c) b) after a restart (kill -9, start on the same port, the 10 000 holds placed again; RSS before $(mib "$idle2") MiB):"
   report_storm restart 15
+  say "   d) c) under --state redis (one redis-server): kill -9 after the 10 000 holds reached Redis, start again, and the 2 000 streams open as soon as it listens — each snapshot must hold its 100 holds, read back from Redis, before SYNCED:"
+  report_storm redis 15
   say "   targets: peak RSS <= 256 MiB; every stream SYNCED within 10 s of the storm"
-  kill "$PID_V"; wait "$PID_V" 2>/dev/null || true
 }
 
 part3() {

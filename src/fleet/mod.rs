@@ -216,6 +216,16 @@ impl Fleet {
             .judge(rules, scope, now, Some(caller), &|t| self.hash_tenant(t))
     }
 
+    /// Where a call's budgeted scopes stand, read-only (explain).
+    pub fn budget_peek(
+        &self,
+        rules: &[BudgetRule],
+        scope: budget::ScopeOf<'_>,
+        now: UnixMillis,
+    ) -> Vec<budget::Judged> {
+        self.budgets.peek(rules, scope, now)
+    }
+
     /// Records one retry of a call's scopes on `rules`.
     pub fn budget_withdraw(&self, rules: &[BudgetRule], scope: budget::ScopeOf<'_>, now: UnixMillis) {
         self.budgets.withdraw(rules, scope, now, &|t| self.hash_tenant(t));

@@ -251,6 +251,7 @@ impl Inner {
         match route {
             "/v1/classify" => routes::classify(door, &call),
             "/v1/classify:batch" => routes::classify_batch(door, &call).await,
+            "/v1/classify:explain" => routes::explain(door, &call),
             "/v1/admit" => routes::admit(door, &call).await,
             "/v1/holds" => routes::list_holds(door, &call),
             "/v1/holds/{id}" => {

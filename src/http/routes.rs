@@ -45,6 +45,7 @@ impl Door {
 pub const ROUTES: &[(Method, &str)] = &[
     (Method::POST, "/v1/classify"),
     (Method::POST, "/v1/classify:batch"),
+    (Method::POST, "/v1/classify:explain"),
     (Method::POST, "/v1/admit"),
     (Method::GET, "/v1/holds"),
     (Method::DELETE, "/v1/holds/{id}"),
@@ -133,6 +134,30 @@ pub fn classify(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::bod
                 .unwrap_or_default()
             },
         )
+        .map_err(|v| ApiError::from_violation(&v))?;
+    Ok(bytes_response(StatusCode::OK, body))
+}
+
+/// `POST /v1/classify:explain`: what Classify would answer now, read-only
+/// (nothing placed, withdrawn, counted or logged), with the hold the
+/// decision would place.
+pub fn explain(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
+    call.only_params(&[])?;
+    let req = input::parse::<input::ClassifyJson>(&call.body)?;
+    let body = door
+        .service
+        .explain(req.locale(), req.failure(), UnixMillis::now(), |e| {
+            #[derive(Serialize)]
+            struct Answer<'d, 'a> {
+                decision: DecisionJson<'d, 'a>,
+                would_place: Option<HoldJson<'d>>,
+            }
+            serde_json::to_vec(&Answer {
+                decision: DecisionJson::new(&e.decided.decision, e.decided.hold.as_ref()),
+                would_place: e.would_place.as_ref().map(|h| HoldJson::new(h, h.key.tenant())),
+            })
+            .unwrap_or_default()
+        })
         .map_err(|v| ApiError::from_violation(&v))?;
     Ok(bytes_response(StatusCode::OK, body))
 }

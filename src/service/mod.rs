@@ -22,6 +22,7 @@ pub mod catalogs;
 pub mod classify;
 pub mod decide;
 pub mod error;
+pub mod explain;
 pub mod holds;
 pub mod observe;
 pub mod outcome;

@@ -3,7 +3,7 @@
 //! the deferrals a replica gives, which withdraw nothing.
 
 use super::table::Newcomer;
-use super::{Budgets, Entry, Judged, ScopeOf, utilization};
+use super::{Budgets, Entry, Judged, ScopeOf};
 use crate::core::budget::{BUCKETS, BudgetRule, Counts, SEEN_WINDOWS, Standing, judge};
 use crate::core::time::UnixMillis;
 
@@ -54,11 +54,7 @@ impl Budgets {
                 });
             }
         }
-        out.sort_by(|a, b| {
-            (b.standing.exhausted, b.standing.room_at, utilization(&b.standing))
-                .partial_cmp(&(a.standing.exhausted, a.standing.room_at, utilization(&a.standing)))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
+        super::list::most_constraining_first(&mut out);
         out
     }
 

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::{BUDGET_UTILIZATION, Budgets, Judged, stand};
-use crate::core::budget::{BudgetScope, Standing};
+use super::{BUDGET_UTILIZATION, Budgets, Judged, ScopeOf, stand};
+use crate::core::budget::{BudgetRule, BudgetScope, Standing};
 use crate::core::time::UnixMillis;
 
 impl Budgets {
@@ -42,6 +42,32 @@ impl Budgets {
         out
     }
 
+    /// Where a call's budgeted scopes stand, the most constraining first,
+    /// read-only (explain): as [`Self::judge`] sees them, but a scope the
+    /// table lacks is not added and nothing is marked seen.
+    pub fn peek(&self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis) -> Vec<Judged> {
+        if rules.is_empty() || scope.dependency.is_empty() {
+            return Vec::new();
+        }
+        let fallback = self.in_fallback(now);
+        let k = self.replicas();
+        let t = self.lock();
+        let mut out: Vec<Judged> = rules
+            .iter()
+            .filter_map(|rule| {
+                let e = t.map.get(&scope.key(rule)?)?;
+                Some(Judged {
+                    rule: *rule,
+                    shown: e.shown.clone(),
+                    standing: stand(e, now, self.shared, fallback, k)?,
+                    replicas: if self.shared { k } else { 1 },
+                })
+            })
+            .collect();
+        most_constraining_first(&mut out);
+        out
+    }
+
     /// Sets [`BUDGET_UTILIZATION`] per catalog and scope kind from the busiest scope.
     pub fn update_gauges(&self, now: UnixMillis) {
         let mut busiest: HashMap<(Box<str>, BudgetScope), f64> = HashMap::new();
@@ -54,6 +80,16 @@ impl Budgets {
             metrics::gauge!(BUDGET_UTILIZATION, "catalog" => catalog.to_string(), "scope" => scope.as_str()).set(u);
         }
     }
+}
+
+/// Sorts judged scopes as a decision meets them: a spent one before one
+/// with room, the latest room first, then the most used.
+pub(super) fn most_constraining_first(judged: &mut [Judged]) {
+    judged.sort_by(|a, b| {
+        (b.standing.exhausted, b.standing.room_at, utilization(&b.standing))
+            .partial_cmp(&(a.standing.exhausted, a.standing.room_at, utilization(&a.standing)))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
 }
 
 /// Retries / allowed (0 when nothing is allowed and nothing spent).

@@ -1,6 +1,6 @@
 //! The shapes of the document that are not proto messages: the seed's ASC
 //! contract (`?format=asc`), `google.rpc.Status` as the door writes it, the
-//! probes' answer, and this document itself.
+//! probes' answer, explain's answer, and this document itself.
 
 use serde_json::{Value, json};
 
@@ -13,6 +13,19 @@ fn words<T: Copy + 'static>(all: &[(T, &'static str)]) -> Vec<&'static str> {
 /// Name and schema of each.
 pub fn schemas() -> Vec<(&'static str, Value)> {
     vec![
+        (
+            "ExplainResponse",
+            json!({
+                "type": "object",
+                "description": "What Classify would answer now (POST /v1/classify:explain), read-only.",
+                "required": ["decision", "would_place"],
+                "properties": {
+                    "decision": { "$ref": "#/components/schemas/Decision", "description": "The decision, with the hold in force that floors it and the budget it is judged against, as a live call would get them" },
+                    "would_place": { "oneOf": [{ "$ref": "#/components/schemas/Hold" }, { "type": "null" }],
+                                     "description": "The hold the decision asks for (not placed; its id is empty), or null" },
+                },
+            }),
+        ),
         (
             "AscResponse",
             json!({

@@ -115,6 +115,18 @@ pub const OPERATIONS: &[Operation] = &[
     },
     Operation {
         method: "POST",
+        path: "/v1/classify:explain",
+        id: "explain",
+        tag: "decisions",
+        summary: "What Classify would answer now, read-only: the holds and budget in force are read, nothing is placed, withdrawn, counted or logged; with the hold the decision would place.",
+        request: Some("ClassifyRequest"),
+        answer: "ExplainResponse",
+        query: &[],
+        errors: BODY_ERRORS,
+        operators: false,
+    },
+    Operation {
+        method: "POST",
         path: "/v1/admit",
         id: "admit",
         tag: "fleet",

@@ -236,6 +236,16 @@ async fn real_answers_match_the_document() {
         "a budget standing: {budgeted}"
     );
 
+    // Explain: a would-be stop for a tenant nobody stopped, read-only.
+    let body = json!({"failure": {"catalog": "frontspin", "code": "RATE_LIMITED", "operation": "write", "tenant": "initech", "dependency": "fs-eu"}});
+    let (s, explained) = call(&door, Method::POST, "/v1/classify:explain", Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{explained}");
+    assert_valid(&doc, &op("/v1/classify:explain", "post"), &explained);
+    assert_eq!(explained["would_place"]["kind"], "quota_stop", "{explained}");
+    assert_eq!(explained["would_place"]["tenant"], "initech", "{explained}");
+    let (_, held) = call(&door, Method::GET, "/v1/holds?tenant=initech", None).await;
+    assert_eq!(held["holds"], json!([]), "explain placed nothing: {held}");
+
     let mut items: Vec<Value> = failures.to_vec();
     items.push(json!({"catalog": "nope", "code": "X"}));
     let batch = json!({"failures": items});
