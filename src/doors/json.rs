@@ -123,6 +123,20 @@ pub struct BudgetJson<'b> {
     pub next_room_at: UnixMillis,
 }
 
+impl<'b> From<&'b crate::fleet::budget::Judged> for BudgetJson<'b> {
+    fn from(j: &'b crate::fleet::budget::Judged) -> Self {
+        BudgetJson {
+            scope_key: &j.shown,
+            requests: j.standing.requests,
+            retries: j.standing.retries,
+            allowed: j.standing.allowed,
+            window_start: j.standing.window_start,
+            deferred: j.standing.deferred,
+            next_room_at: j.standing.room_at,
+        }
+    }
+}
+
 impl<'b> From<&'b BudgetView> for BudgetJson<'b> {
     fn from(v: &'b BudgetView) -> Self {
         BudgetJson {

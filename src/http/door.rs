@@ -253,6 +253,8 @@ impl Inner {
             "/v1/classify:batch" => routes::classify_batch(door, &call).await,
             "/v1/classify:explain" => routes::explain(door, &call),
             "/v1/admit" => routes::admit(door, &call).await,
+            "/v1/outcomes" => super::fleet_routes::report_outcomes(door, &call).await,
+            "/v1/budgets" => super::fleet_routes::list_budgets(door, &call),
             "/v1/holds" => routes::list_holds(door, &call),
             "/v1/holds/{id}" => {
                 let raw = parts.uri.path().trim_start_matches("/v1/holds/");

@@ -22,6 +22,7 @@ use super::error::ApiError;
 use crate::core::{Failure, Operation, ReadBack, RetryContract, SideEffectState, Strategy, UnixMillis};
 use crate::service::InputNotes;
 use crate::service::holds::AdmitAsk;
+use crate::service::reports::OutcomeCount;
 
 /// Parses `body` as JSON into `T`, or a 400 naming the field and position.
 pub fn parse<'de, T: Deserialize<'de>>(body: &'de [u8]) -> Result<T, ApiError> {
@@ -126,6 +127,60 @@ impl AdmitJson {
             method: self.method.as_deref().unwrap_or_default(),
             attempt: self.attempt.as_ref().map_or(0, |n| n.0),
         }
+    }
+}
+
+/// The body of `POST /v1/outcomes`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomesJson {
+    #[serde(default)]
+    counts: Vec<OutcomeCountJson>,
+    #[serde(default, alias = "probeToken")]
+    probe_token: Option<String>,
+    #[serde(default, alias = "probeSucceeded")]
+    probe_succeeded: Option<bool>,
+}
+
+/// One scope's first attempts in `POST /v1/outcomes`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeCountJson {
+    #[serde(default)]
+    catalog: Option<String>,
+    #[serde(default)]
+    dependency: Option<String>,
+    #[serde(default)]
+    tenant: Option<String>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    requests: Option<Int<u64>>,
+}
+
+impl OutcomesJson {
+    /// The counts, borrowed.
+    pub fn counts(&self) -> Vec<OutcomeCount<'_>> {
+        self.counts
+            .iter()
+            .map(|c| OutcomeCount {
+                catalog: c.catalog.as_deref().unwrap_or_default(),
+                dependency: c.dependency.as_deref().unwrap_or_default(),
+                tenant: c.tenant.as_deref().unwrap_or_default(),
+                method: c.method.as_deref().unwrap_or_default(),
+                requests: c.requests.as_ref().map_or(0, |n| n.0),
+            })
+            .collect()
+    }
+
+    /// The probe token reported, if any.
+    pub fn probe_token(&self) -> &str {
+        self.probe_token.as_deref().unwrap_or_default()
+    }
+
+    /// Whether the probe succeeded.
+    pub fn probe_succeeded(&self) -> bool {
+        self.probe_succeeded.unwrap_or(false)
     }
 }
 

@@ -17,6 +17,7 @@
 pub mod catalogs;
 pub mod door;
 pub mod error;
+pub mod fleet_routes;
 pub mod input;
 pub mod openapi;
 pub mod routes;

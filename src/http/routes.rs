@@ -47,6 +47,8 @@ pub const ROUTES: &[(Method, &str)] = &[
     (Method::POST, "/v1/classify:batch"),
     (Method::POST, "/v1/classify:explain"),
     (Method::POST, "/v1/admit"),
+    (Method::POST, "/v1/outcomes"),
+    (Method::GET, "/v1/budgets"),
     (Method::GET, "/v1/holds"),
     (Method::DELETE, "/v1/holds/{id}"),
     (Method::GET, "/v1/catalogs"),

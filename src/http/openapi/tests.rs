@@ -236,6 +236,37 @@ async fn real_answers_match_the_document() {
         "a budget standing: {budgeted}"
     );
 
+    // Outcomes: first attempts reported for a scope, then its budget listed.
+    let outcomes = json!({"counts": [{"catalog": "grpc", "dependency": "inv-2", "requests": "40"},
+                                     {"catalog": "grpc", "dependency": "inv-2", "requests": 2}]});
+    assert_valid(&doc, &request_schema("/v1/outcomes"), &outcomes);
+    let (s, answer) = call(&door, Method::POST, "/v1/outcomes", Some(outcomes)).await;
+    assert_eq!(s, StatusCode::OK, "{answer}");
+    assert_eq!(answer["probe_accepted"], false, "{answer}");
+    assert_valid(&doc, &op("/v1/outcomes", "post"), &answer);
+    let (s, budgets) = call(&door, Method::GET, "/v1/budgets?dependency=inv-2", None).await;
+    assert_eq!(s, StatusCode::OK, "{budgets}");
+    assert_valid(&doc, &op("/v1/budgets", "get"), &budgets);
+    assert_eq!(budgets["budgets"][0]["budget"]["requests"], 42, "{budgets}");
+    let (s, bad) = call(&door, Method::GET, "/v1/budgets?limit=-1", None).await;
+    assert_eq!(
+        (s, bad["message"].as_str().is_some_and(|m| m.contains("limit"))),
+        (StatusCode::BAD_REQUEST, true),
+        "{bad}"
+    );
+    let (s, bad) = call(
+        &door,
+        Method::POST,
+        "/v1/outcomes",
+        Some(json!({"probe_token": "nonsense", "probe_succeeded": true})),
+    )
+    .await;
+    assert_eq!(
+        (s, bad["message"].as_str().is_some_and(|m| m.contains("probe_token"))),
+        (StatusCode::BAD_REQUEST, true),
+        "{bad}"
+    );
+
     // Explain: a would-be stop for a tenant nobody stopped, read-only.
     let body = json!({"failure": {"catalog": "frontspin", "code": "RATE_LIMITED", "operation": "write", "tenant": "initech", "dependency": "fs-eu"}});
     let (s, explained) = call(&door, Method::POST, "/v1/classify:explain", Some(body)).await;
