@@ -175,6 +175,23 @@ impl Inner {
             Ok(r) => r,
             Err(e) => return e.into_response(),
         };
+        if route == super::fleet_routes::WATCH_ROUTE && response.status().is_success() {
+            // An event stream lasts as long as its client wants: like a gRPC
+            // stream it holds no call slot, and what it has not sent is a
+            // few events (the watch's own bound), freed if it stalls.
+            ticket.release_call();
+            let (parts, body) = response.into_parts();
+            let rest = tonic::body::Body::new(body);
+            return Response::from_parts(
+                parts,
+                Body::new(Answer::new(
+                    std::collections::VecDeque::new(),
+                    Some(rest),
+                    ticket,
+                    &self.stalls,
+                )),
+            );
+        }
         // The answer holds its ticket (slot and bytes) until the connection
         // has taken it, as a gRPC answer does.
         let (parts, body) = response.into_parts();
@@ -255,6 +272,7 @@ impl Inner {
             "/v1/admit" => routes::admit(door, &call).await,
             "/v1/outcomes" => super::fleet_routes::report_outcomes(door, &call).await,
             "/v1/budgets" => super::fleet_routes::list_budgets(door, &call),
+            super::fleet_routes::WATCH_ROUTE => super::fleet_routes::watch_holds(door, &call),
             "/v1/holds" => routes::list_holds(door, &call),
             "/v1/holds/{id}" => {
                 let raw = parts.uri.path().trim_start_matches("/v1/holds/");

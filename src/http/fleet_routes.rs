@@ -1,6 +1,7 @@
 //! The fleet routes an HTTP-only caller needs besides Admit and the holds:
-//! reporting outcomes (the budgets' first attempts, a probe's result) and
-//! reading the budgets — each the gRPC method's service operation.
+//! reporting outcomes (the budgets' first attempts, a probe's result),
+//! reading the budgets, and following the holds as server-sent events —
+//! each the gRPC method's service operation.
 
 use http::StatusCode;
 use serde_json::json;
@@ -11,6 +12,14 @@ use super::json_response;
 use super::routes::{Call, Door};
 use crate::doors::json::{BudgetJson, HoldJson};
 use crate::service::Caller;
+use crate::service::watch::{WatchEvent, WatchFilter};
+
+/// The route of the holds' event stream (it holds no call slot: see the door).
+pub const WATCH_ROUTE: &str = "/v1/holds:watch";
+
+/// A comment line sent when a watch has been quiet this long, so proxies
+/// and browsers see a live stream (and a dead peer is found by the write).
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// `POST /v1/outcomes` (gRPC ReportOutcomes): first attempts per scope, and
 /// a probe's result with its token.
@@ -66,4 +75,73 @@ pub fn list_budgets(door: &Door, call: &Call<'_>) -> Result<http::Response<axum:
         })
         .collect();
     Ok(json_response(StatusCode::OK, &json!({ "budgets": budgets })))
+}
+
+/// `GET /v1/holds:watch?catalog=&dependency=&dependencies=a,b&tenant=` (gRPC
+/// WatchHolds) as server-sent events: the holds in force (`placed`, or
+/// `probing`), then `synced`, then every change; `event: error` with a
+/// `google.rpc.Status` when the stream ends abnormally. The same filters,
+/// limits and stall timeout as the gRPC stream; an `Authorization` header
+/// makes an operator (a page uses `fetch` streaming: `EventSource` cannot
+/// send one).
+pub fn watch_holds(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
+    use futures_util::StreamExt as _;
+    call.only_params(&["catalog", "dependency", "dependencies", "tenant"])?;
+    let text = |k: &str| call.param(k).unwrap_or_default().to_owned();
+    let mut dependencies: Vec<String> = call
+        .query
+        .iter()
+        .filter(|(k, _)| k == "dependency" || k == "dependencies")
+        .flat_map(|(_, v)| v.split(','))
+        .filter(|d| !d.is_empty())
+        .map(str::to_owned)
+        .collect();
+    dependencies.dedup();
+    let filter = WatchFilter {
+        catalog: text("catalog"),
+        dependencies,
+        tenant: text("tenant"),
+    };
+    let operator = door.operators.allows_parts(call.headers, call.extensions);
+    let caller = door.operators.caller_of(call.headers, call.extensions);
+    let events = door
+        .service
+        .watch_holds(filter, operator, &caller)
+        .map_err(|e| ApiError::from_error(&e))?;
+    let events = events.map(|e| match e {
+        Ok(ev) => sse_event(&ev),
+        Err(err) => {
+            let status = ApiError::from_error(&err).body();
+            bytes::Bytes::from(format!("event: error\ndata: {status}\n\n"))
+        }
+    });
+    // Heartbeats only between events, ending with them.
+    let beats = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
+        tokio::time::Instant::now() + HEARTBEAT,
+        HEARTBEAT,
+    ))
+    .map(|_| bytes::Bytes::from_static(b": heartbeat\n\n"));
+    let body = futures_util::stream::select(
+        events.map(Some).chain(futures_util::stream::once(async { None })),
+        beats.map(Some),
+    )
+    .take_while(|piece| std::future::ready(piece.is_some()))
+    .filter_map(std::future::ready)
+    .map(Ok::<_, std::convert::Infallible>);
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "text/event-stream")
+        .header(http::header::CACHE_CONTROL, "no-cache")
+        .body(axum::body::Body::from_stream(body))
+        .map_err(|_| ApiError::new(tonic::Code::Internal, "internal error"))
+}
+
+/// One event: its kind as the event name, and the event as JSON data.
+fn sse_event(ev: &WatchEvent) -> bytes::Bytes {
+    let data = json!({
+        "kind": ev.kind.as_str(),
+        "hold": ev.hold.as_ref().map(HoldJson::from),
+        "server_time": ev.server_time,
+    });
+    bytes::Bytes::from(format!("event: {}\ndata: {data}\n\n", ev.kind.as_str()))
 }

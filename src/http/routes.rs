@@ -50,6 +50,7 @@ pub const ROUTES: &[(Method, &str)] = &[
     (Method::POST, "/v1/outcomes"),
     (Method::GET, "/v1/budgets"),
     (Method::GET, "/v1/holds"),
+    (Method::GET, "/v1/holds:watch"),
     (Method::DELETE, "/v1/holds/{id}"),
     (Method::GET, "/v1/catalogs"),
     (Method::GET, "/v1/openapi.json"),

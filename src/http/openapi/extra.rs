@@ -1,6 +1,7 @@
 //! The shapes of the document that are not proto messages: the seed's ASC
 //! contract (`?format=asc`), `google.rpc.Status` as the door writes it, the
-//! probes' answer, explain's answer, and this document itself.
+//! probes' answer, explain's answer, the holds' event stream, and this document
+//! itself.
 
 use serde_json::{Value, json};
 
@@ -24,6 +25,13 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
                     "would_place": { "oneOf": [{ "$ref": "#/components/schemas/Hold" }, { "type": "null" }],
                                      "description": "The hold the decision asks for (not placed; its id is empty), or null" },
                 },
+            }),
+        ),
+        (
+            "HoldEventStream",
+            json!({
+                "type": "string",
+                "description": "text/event-stream. Each event is `event: <kind>` then `data: ` and one JSON object {\"kind\": placed|extended|lifted|probing|synced, \"hold\": Hold or null (synced), \"server_time\": RFC 3339}; `event: error` carries a google.rpc.Status; lines starting with `:` are heartbeats.",
             }),
         ),
         (

@@ -188,6 +188,27 @@ pub const OPERATIONS: &[Operation] = &[
         operators: false,
     },
     Operation {
+        method: "GET",
+        path: "/v1/holds:watch",
+        id: "watchHolds",
+        tag: "fleet",
+        summary: "The holds in force, then `synced`, then every change, as server-sent events: `event: placed|extended|lifted|probing|synced` with the event as JSON data, `event: error` with a google.rpc.Status when the stream ends abnormally, `: heartbeat` comments when quiet (gRPC WatchHolds; same filters and limits). Tenants in clear for operators (an Authorization header: use fetch streaming, EventSource cannot send one).",
+        request: None,
+        answer: "HoldEventStream",
+        query: &[
+            ("catalog", "only holds of this catalog", &[]),
+            ("dependency", "only holds of this dependency instance (repeatable)", &[]),
+            (
+                "dependencies",
+                "only holds of these dependency instances, comma-separated (at most 256)",
+                &[],
+            ),
+            ("tenant", "only holds of this tenant (raw)", &[]),
+        ],
+        errors: &[400, 429],
+        operators: false,
+    },
+    Operation {
         method: "DELETE",
         path: "/v1/holds/{id}",
         id: "releaseHold",
@@ -359,10 +380,17 @@ fn operation(op: &Operation, proto: Option<&Proto>, extra: &[&str], defs: &mut B
     if op.id == "classify" {
         answer = json!({ "oneOf": [answer, { "$ref": "#/components/schemas/AscResponse" }] });
     }
+    // The holds' event stream is text/event-stream; each event's data is
+    // the JSON its schema gives.
+    let media = if op.answer == "HoldEventStream" {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
     let mut responses = serde_json::Map::new();
     responses.insert(
         "200".to_owned(),
-        json!({ "description": op.summary, "content": { "application/json": { "schema": answer } } }),
+        json!({ "description": op.summary, "content": { media: { "schema": answer } } }),
     );
     for code in op.errors {
         if let Some((_, name, _)) = ERRORS.iter().find(|(c, _, _)| c == code) {
