@@ -138,6 +138,18 @@ async fn never_reading_clients_cannot_grow_memory() {
             }
             Some(code) => {
                 assert_eq!(code, "8", "refused with RESOURCE_EXHAUSTED: {:?}", head.headers());
+                // With retry advice (gRFC A6), and RetryInfo in grpc-status-details-bin.
+                let pushback: u64 = head
+                    .headers()
+                    .get("grpc-retry-pushback-ms")
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or_else(|| panic!("a pushback: {:?}", head.headers()));
+                assert!((40..=760).contains(&pushback), "{pushback} ms");
+                assert!(
+                    head.headers().contains_key("grpc-status-details-bin"),
+                    "{:?}",
+                    head.headers()
+                );
                 refused += 1;
             }
         }

@@ -520,9 +520,33 @@ async fn overload_is_shed_with_429_and_probes_never() {
         "1024",
     ]);
     let big = json!({"failure": {"code": "QUEUE_OVERFLOW", "method": "m".repeat(2000)}});
-    let (status, body) = post(&server, "/v1/classify", &big).await;
+    let shed = client()
+        .post(format!("{}/v1/classify", server.url()))
+        .header("content-type", "application/json")
+        .body(big.to_string())
+        .send()
+        .await
+        .expect("POST");
+    // Retry advice: Retry-After in whole seconds (rounded up), RetryInfo in the body.
+    let retry_after = shed
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    assert_eq!(retry_after.as_deref(), Some("1"), "{:?}", shed.headers());
+    let (status, body) = (shed.status().as_u16(), shed.json_value().await);
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["code"], 8);
+    let info = &body["details"][0];
+    assert_eq!(info["@type"], "type.googleapis.com/google.rpc.RetryInfo", "{body}");
+    let delay: f64 = info["retryDelay"]
+        .as_str()
+        .and_then(|d| d.trim_end_matches('s').parse().ok())
+        .expect("a delay");
+    assert!(
+        (0.04..=0.75).contains(&delay),
+        "per-connection shed: 100 ms or server-wide 500 ms, ±50 %: {body}"
+    );
     assert!(
         body["message"]
             .as_str()

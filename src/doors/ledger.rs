@@ -41,8 +41,17 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The RESOURCE_EXHAUSTED status that answers the call.
-    pub fn status(self) -> tonic::Status {
+    /// How long the refused caller is advised to wait (jittered).
+    pub fn advice(self) -> std::time::Duration {
+        super::overload::jittered(match self {
+            Refusal::Calls(_) | Refusal::Bytes(_) => super::overload::SERVER_SHED_DELAY,
+            Refusal::CallsPerConnection(_) | Refusal::BytesPerConnection(_) => super::overload::CONNECTION_SHED_DELAY,
+        })
+    }
+
+    /// The RESOURCE_EXHAUSTED status that answers the call, advising to
+    /// retry after `delay` (see [`Self::advice`]).
+    pub fn status(self, delay: std::time::Duration) -> tonic::Status {
         let why = match self {
             Refusal::Calls(n) => format!("server overloaded: {n} calls in flight (--max-concurrent-calls)"),
             Refusal::CallsPerConnection(n) => {
@@ -53,7 +62,10 @@ impl Refusal {
                 format!("this connection holds {n} bytes of calls (--max-buffered-bytes-per-connection)")
             }
         };
-        tonic::Status::resource_exhausted(format!("{why}; retry with backoff"))
+        super::overload::advise(
+            tonic::Status::resource_exhausted(format!("{why}; retry after {} ms", delay.as_millis())),
+            delay,
+        )
     }
 }
 

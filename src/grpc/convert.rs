@@ -495,7 +495,14 @@ pub fn verdict_from_proto(n: i32) -> Option<Verdict> {
 pub fn status_of(e: Error) -> Status {
     match e.violation {
         Some(v) => violation_status(v),
-        None => Status::new(code_of(e.kind), e.message),
+        None => {
+            let code = code_of(e.kind);
+            let status = Status::new(code, e.message);
+            match crate::doors::overload::advice_for(code) {
+                Some(delay) => crate::doors::overload::advise(status, delay),
+                None => status,
+            }
+        }
     }
 }
 

@@ -320,8 +320,9 @@ impl Inner {
 /// 429 for a request the ledger has no room for (counted as shed).
 fn shed(refusal: Refusal) -> ApiError {
     metrics::counter!(SHED_TOTAL).increment(1);
-    let status = refusal.status();
-    ApiError::new(status.code(), status.message())
+    let delay = refusal.advice();
+    let status = refusal.status(delay);
+    ApiError::new(status.code(), status.message()).retry_after(delay)
 }
 
 /// 415 unless the request says its body is `application/json`.

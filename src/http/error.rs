@@ -24,7 +24,13 @@ pub struct ApiError {
     pub message: String,
     /// `(field, description)` pairs of a BadRequest detail.
     pub violations: Vec<(String, String)>,
+    /// Retry advice on a shed answer: `Retry-After` (whole seconds, rounded
+    /// up) and a `google.rpc.RetryInfo` detail.
+    pub retry_after: Option<std::time::Duration>,
 }
+
+/// The `@type` of a RetryInfo detail.
+pub const RETRY_INFO_TYPE: &str = "type.googleapis.com/google.rpc.RetryInfo";
 
 /// The HTTP status of a gRPC code, as `google/rpc/code.proto` and Google's
 /// HTTP/JSON transcoding (and grpc-gateway) map it.
@@ -53,16 +59,25 @@ impl ApiError {
             code,
             message: message.into(),
             violations: Vec::new(),
+            retry_after: None,
         }
+    }
+
+    /// This error advising a retry after `delay`.
+    pub fn retry_after(mut self, delay: std::time::Duration) -> Self {
+        self.retry_after = Some(delay);
+        self
     }
 
     /// A refused service operation: its kind's code and status, and the
     /// field at fault.
     pub fn from_error(e: &Error) -> Self {
-        let mut out = ApiError::new(crate::doors::code_of(e.kind), e.message.clone());
+        let code = crate::doors::code_of(e.kind);
+        let mut out = ApiError::new(code, e.message.clone());
         if let Some(v) = &e.violation {
             out.violations.push((v.field.clone(), v.description.clone()));
         }
+        out.retry_after = crate::doors::overload::advice_for(code);
         out
     }
     /// INVALID_ARGUMENT (400) naming `field`.
@@ -130,12 +145,28 @@ impl ApiError {
 
     /// The `google.rpc.Status` JSON body.
     pub fn body(&self) -> Value {
-        status_json(self.code, &self.message, &self.violations)
+        let mut status = status_json(self.code, &self.message, &self.violations);
+        if let Some(delay) = self.retry_after {
+            let info = json!({ "@type": RETRY_INFO_TYPE, "retryDelay": format!("{}.{:03}s", delay.as_secs(), delay.subsec_millis()) });
+            match status["details"].as_array_mut() {
+                Some(details) => details.push(info),
+                None => status["details"] = json!([info]),
+            }
+        }
+        status
     }
 
     /// The whole response.
     pub fn into_response(self) -> http::Response<Body> {
-        super::json_response(self.http, &self.body())
+        let mut r = super::json_response(self.http, &self.body());
+        if let Some(delay) = self.retry_after {
+            // Whole seconds, rounded up (RFC 9110 §10.2.3); 0 means "now, elsewhere".
+            let secs = delay.as_millis().div_ceil(1000);
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                r.headers_mut().insert(http::header::RETRY_AFTER, v);
+            }
+        }
+        r
     }
 }
 

@@ -195,7 +195,7 @@ where
     };
     if let Err(refusal) = ticket.charge(estimate).and_then(|()| ticket.take_call()) {
         metrics::counter!(SHED_TOTAL).increment(1);
-        return Ok(answer(refusal.status()));
+        return Ok(answer(refusal.status(refusal.advice())));
     }
     let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(request)));
     let call = inner.call(req);
@@ -240,7 +240,7 @@ async fn read_request(mut body: Body, ticket: &mut Ticket, max_message_bytes: us
         let Ok(data) = frame.into_data() else { continue };
         ticket.charge(data.len()).map_err(|r| {
             metrics::counter!(SHED_TOTAL).increment(1);
-            r.status()
+            r.status(r.advice())
         })?;
         buf.extend_from_slice(&data);
         if buf.len() > max_message_bytes + 5 {

@@ -50,7 +50,7 @@ const ERRORS: &[(u16, &str, &str)] = &[
     (
         429,
         "Overloaded",
-        "RESOURCE_EXHAUSTED: shed under load; retry with backoff",
+        "RESOURCE_EXHAUSTED: shed under load; retry after the Retry-After header (google.rpc.RetryInfo in details)",
     ),
 ];
 
