@@ -86,6 +86,7 @@ async fn spans_continue_the_callers_trace_over_otlp() {
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://{otlp}")),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_SERVICE_NAME", "retryd-under-test"),
         ],
     );
     let mut client = server.client().await;
@@ -127,6 +128,30 @@ async fn spans_continue_the_callers_trace_over_otlp() {
             &traceparent,
         ))
         .await;
+    // The caller's own fault, under another parent: a span whose status
+    // the conventions leave unset, with its code.
+    let bad_parent = "00f067aa0ba902b8";
+    let _ = client
+        .classify(with_traceparent(
+            pb::ClassifyRequest {
+                failure: Some(failure("no-such-catalog", "X", pb::OperationKind::Read)),
+                locale: String::new(),
+            },
+            &format!("00-{trace_id}-{bad_parent}-01"),
+        ))
+        .await
+        .expect_err("unknown catalog");
+    // The HTTP door: the same trace continued from its header.
+    let http_parent = "00f067aa0ba902b9";
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/classify", server.url()))
+        .header("content-type", "application/json")
+        .header("traceparent", format!("00-{trace_id}-{http_parent}-01"))
+        .body(r#"{"failure": {"catalog": "vibecode", "code": "BITRIX_TIMEOUT", "operation": "write"}}"#)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(answer.status().as_u16(), 200);
     // Not sampled by the caller (flag 00) and ratio 0: no span.
     client
         .classify(with_traceparent(
@@ -139,13 +164,19 @@ async fn spans_continue_the_callers_trace_over_otlp() {
         .await
         .expect("classify");
 
+    // By name, and by parent for the two Classify spans.
     let mut spans: BTreeMap<String, (String, Span)> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    while spans.len() < 3 {
+    while spans.len() < 5 {
         let Ok(Some((service, span))) = tokio::time::timeout_at(deadline, rx.recv()).await else {
             panic!("spans received: {:?}\nlog:\n{}", spans.keys(), server.log());
         };
-        spans.insert(span.name.clone(), (service, span));
+        let key = if hex(&span.parent_span_id) == bad_parent {
+            "bad Classify".to_owned()
+        } else {
+            span.name.clone()
+        };
+        spans.insert(key, (service, span));
     }
     // Anything else that arrives shortly must not be the unsampled call's.
     while let Ok(Some((_, span))) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {
@@ -161,7 +192,10 @@ async fn spans_continue_the_callers_trace_over_otlp() {
         let (service, span) = spans
             .get(&full)
             .unwrap_or_else(|| panic!("no {full} span: {:?}", spans.keys()));
-        assert!(service.contains("retryd"), "service.name {service}");
+        assert!(
+            service.contains("retryd-under-test"),
+            "OTEL_SERVICE_NAME: service.name {service}"
+        );
         assert_eq!(hex(&span.trace_id), trace_id, "{name} continues the caller's trace");
         assert_eq!(
             hex(&span.parent_span_id),
@@ -186,6 +220,26 @@ async fn spans_continue_the_callers_trace_over_otlp() {
         "{classify:?}"
     );
     assert!(!classify["retryd.rule"].is_empty(), "{classify:?}");
+    // A successful call's code is set too; the caller's fault leaves the status unset.
+    assert_eq!(classify["rpc.grpc.status_code"], "0", "{classify:?}");
+    let bad = &spans["bad Classify"].1;
+    assert_eq!(attributes(bad)["rpc.grpc.status_code"], "3");
+    assert_eq!(
+        bad.status.as_ref().map_or(0, |s| s.code),
+        0,
+        "INVALID_ARGUMENT is not a server error: {bad:?}"
+    );
+    let http = &spans["POST /v1/classify"];
+    assert!(http.0.contains("retryd-under-test"), "{}", http.0);
+    assert_eq!(
+        (hex(&http.1.trace_id), hex(&http.1.parent_span_id)),
+        (trace_id.to_owned(), http_parent.to_owned())
+    );
+    assert_eq!(http.1.kind, 2, "SPAN_KIND_SERVER");
+    let http_attrs = attributes(&http.1);
+    assert_eq!(http_attrs["http.route"], "/v1/classify", "{http_attrs:?}");
+    assert_eq!(http_attrs["http.request.method"], "POST");
+    assert_eq!(http_attrs["http.response.status_code"], "200");
     let batch = &spans["retryd.v1.RetryDecisionService/ClassifyBatch"].1;
     assert_eq!(attributes(batch)["retryd.items"], "2");
     assert_eq!(batch.events.iter().filter(|e| e.name == "decision").count(), 2);

@@ -154,6 +154,16 @@ impl Inner {
         let Some(route) = route else {
             return ApiError::no_route(req.uri().path()).into_response();
         };
+        // A server span per request, continuing the caller's `traceparent`.
+        let mut span = crate::doors::traces::start_http(req.method(), route, req.headers());
+        let response = self.handle_route(route, req).await;
+        if let Some(span) = span.as_mut() {
+            span.answered(response.status().as_u16());
+        }
+        response
+    }
+
+    async fn handle_route(&self, route: &'static str, req: Request<Body>) -> Response<Body> {
         let methods = methods_of(route);
         let allow = methods.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ");
         if req.method() == Method::OPTIONS {
