@@ -38,11 +38,11 @@ if [[ "${1:-}" == "--write" ]]; then
 fi
 
 helm lint --strict "${kube[@]}" "$chart"
-helm lint --strict "${kube[@]}" "$chart" --set serviceMonitor.enabled=true,headlessService.enabled=true,autoscaling.enabled=true,state.redis.enabled=true
-render --set serviceMonitor.enabled=true,headlessService.enabled=true,autoscaling.enabled=true \
+helm lint --strict "${kube[@]}" "$chart" --set serviceMonitor.enabled=true,prometheusRule.enabled=true,headlessService.enabled=true,autoscaling.enabled=true,state.redis.enabled=true
+render --set serviceMonitor.enabled=true,prometheusRule.enabled=true,headlessService.enabled=true,autoscaling.enabled=true \
   --set state.redis.enabled=true --set-file "catalogs.payments\.toml=$root/examples/policies/payments.toml" \
   >"$tmp/everything.yaml"
-for kind in Deployment Service PodDisruptionBudget ServiceMonitor HorizontalPodAutoscaler ConfigMap ServiceAccount; do
+for kind in Deployment Service PodDisruptionBudget ServiceMonitor PrometheusRule HorizontalPodAutoscaler ConfigMap ServiceAccount; do
   grep -q "^kind: $kind\$" "$tmp/everything.yaml" || { echo "deploy-check: no $kind rendered with everything on" >&2; exit 1; }
 done
 grep -q 'name: RETRYD_STATE' "$tmp/everything.yaml" || { echo "deploy-check: no RETRYD_STATE from the Secret" >&2; exit 1; }
@@ -55,4 +55,12 @@ echo "deploy-check: deploy/kubernetes/retryd.yaml is the chart's rendering"
 
 (cd "$root/deploy/check" && MANIFESTS="$plain,$tmp/everything.yaml" go test -count=1 -v ./... 2>&1 | grep -v '^=== RUN')
 python3 -m json.tool "$root/deploy/grafana/retryd-dashboard.json" >/dev/null
+# Every dashboard query and alert expression parses as PromQL (a venv kept
+# under target/, so a second run downloads nothing).
+venv="$root/target/promql-venv"
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import promql_parser, yaml' 2>/dev/null; then
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q 'promql-parser>=0.5,<1' 'pyyaml>=6,<7'
+fi
+"$venv/bin/python" "$root/scripts/promql-check.py" "$root/deploy/grafana/retryd-dashboard.json" \
+  "$root/deploy/helm/retryd/files/alerts.yaml"
 echo "deploy-check: OK"

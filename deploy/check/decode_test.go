@@ -48,6 +48,29 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// prometheusRule is the part of the Prometheus Operator's PrometheusRule
+// (monitoring.coreos.com/v1) the chart uses, decoded just as strictly.
+type prometheusRule struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
 func decoder(t *testing.T) runtime.Decoder {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
@@ -113,6 +136,21 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 				var sm serviceMonitor
 				if err := yaml.UnmarshalStrict(doc, &sm); err != nil {
 					t.Errorf("%s: ServiceMonitor: %v", where, err)
+				}
+				kinds[head.Kind]++
+				continue
+			}
+			if head.APIVersion == "monitoring.coreos.com/v1" && head.Kind == "PrometheusRule" {
+				var pr prometheusRule
+				if err := yaml.UnmarshalStrict(doc, &pr); err != nil {
+					t.Errorf("%s: PrometheusRule: %v", where, err)
+				}
+				for _, g := range pr.Spec.Groups {
+					for _, r := range g.Rules {
+						if r.Alert == "" || r.Expr == "" || r.Annotations["runbook_url"] == "" {
+							t.Errorf("%s: PrometheusRule: a rule without alert, expr or runbook_url: %+v", where, r)
+						}
+					}
 				}
 				kinds[head.Kind]++
 				continue
