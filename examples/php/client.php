@@ -78,4 +78,26 @@ expect(should_retry('QUEUE_OVERFLOW', $r, true, $r['attempt'] < $r['max_attempts
 $field = $error['details'][0]['fieldViolations'][0]['field'] ?? '';
 expect($status === 400 && $field === 'failure.operation', "bad operation word: $status naming $field");
 
+// 4. Fleet memory: ask before a first attempt, report the outcomes that fed
+// the retry budget (as a batch job would at the end of each run).
+[$status, $admit] = retryd_post($base, '/v1/admit', [
+    'catalog' => 'frontspin', 'dependency' => 'php-demo', 'tenant' => 'acme', 'attempt' => 1,
+]);
+expect($status === 200 && $admit['admitted'] === true, 'admitted: no hold covers acme');
+[$status, $reported] = retryd_post($base, '/v1/outcomes', ['counts' => [
+    ['catalog' => 'frontspin', 'dependency' => 'php-demo', 'tenant' => 'acme', 'requests' => 25],
+]]);
+expect($status === 200 && $reported['probe_accepted'] === false, 'outcomes reported (no probe token)');
+
+// 5. What would retryd answer for a quota stop? Read-only: nothing is placed.
+[$status, $explained] = retryd_post($base, '/v1/classify:explain', ['failure' => [
+    'catalog' => 'frontspin', 'code' => 'RATE_LIMITED', 'operation' => 'write',
+    'dependency' => 'php-demo', 'tenant' => 'acme',
+]]);
+expect($status === 200 && ($explained['would_place']['kind'] ?? '') === 'quota_stop', 'explain: a quota stop would be placed');
+[$status, $admit] = retryd_post($base, '/v1/admit', [
+    'catalog' => 'frontspin', 'dependency' => 'php-demo', 'tenant' => 'acme', 'attempt' => 1,
+]);
+expect($status === 200 && $admit['admitted'] === true, 'still admitted: explain placed nothing');
+
 exit($failures === 0 ? 0 : 1);

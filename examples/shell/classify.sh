@@ -28,3 +28,12 @@ curl -sS --fail-with-body -X POST "$base/v1/classify?format=asc" \
   -d '{"failure": {"code": "QUEUE_OVERFLOW", "operation": "read", "retry_after": "5", "attempt": 1}}' |
   jq -e '.retry | .retryable and .safe and (.attempt < .max_attempts)' >/dev/null &&
   echo "QUEUE_OVERFLOW read: retry is safe"
+
+# What the fleet's retry budgets look like now (the busiest scopes first).
+curl -sS --fail-with-body "$base/v1/budgets?limit=5" |
+  jq -r '.budgets[] | "\(.catalog) \(.scope) \(.budget.scope_key): \(.budget.retries)/\(.budget.allowed) retries, \(.deferred) deferred"'
+
+# The holds in force, then `synced`, as server-sent events. A stream lasts
+# until the client leaves; this one reads for 2 s and prints what came.
+{ curl -sS -N --max-time 2 "$base/v1/holds:watch" 2>/dev/null || true; } |
+  awk '/^event:/ { kind = $2 } /^data:/ { print kind; if (kind == "synced") exit }'
