@@ -198,3 +198,42 @@ async fn outcomes_feed_the_budget_and_explain_changes_nothing() {
     let (_, live) = budgets(&server).await;
     assert_eq!(live["budgets"][0]["budget"]["retries"], 1, "{live}");
 }
+
+#[tokio::test]
+async fn event_streams_are_capped_per_caller_with_retry_advice() {
+    let server = Server::start(&["--max-watch-streams-per-caller", "2"]);
+    let first = Events::open(&server, "", None).await;
+    let second = Events::open(&server, "", None).await;
+    let refused = reqwest::Client::new()
+        .get(format!("{}/v1/holds:watch", server.url()))
+        .timeout(PATIENCE)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(refused.status().as_u16(), 429);
+    assert!(refused.headers().contains_key("retry-after"), "{:?}", refused.headers());
+    let body: Value = serde_json::from_str(&refused.text().await.expect("body")).expect("JSON");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--max-watch-streams-per-caller")),
+        "{body}"
+    );
+    // A stream that ends gives its place back.
+    drop(first);
+    let mut again = None;
+    for _ in 0..50 {
+        let r = reqwest::Client::new()
+            .get(format!("{}/v1/holds:watch", server.url()))
+            .send()
+            .await
+            .expect("GET");
+        if r.status().as_u16() == 200 {
+            again = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(again.is_some(), "the closed stream's place came back");
+    drop(second);
+}
