@@ -107,7 +107,6 @@ struct Live {
     next_id: u64,
     /// By accept order: the oldest first.
     conns: BTreeMap<u64, Arc<Entry>>,
-    by_peer: HashMap<SocketAddr, Arc<Entry>>,
     per_caller: HashMap<IpAddr, u32>,
 }
 
@@ -232,7 +231,6 @@ impl Registry {
             waker: AtomicWaker::new(),
         });
         live.conns.insert(id, Arc::clone(&entry));
-        live.by_peer.insert(peer, Arc::clone(&entry));
         *live.per_caller.entry(ip).or_default() += 1;
         metrics::gauge!(CONNECTIONS_OPEN).set(live.conns.len() as f64);
         drop(live);
@@ -245,7 +243,6 @@ impl Registry {
     pub(super) fn remove(&self, id: u64) {
         let mut live = self.live();
         if let Some(e) = live.conns.remove(&id) {
-            live.by_peer.remove(&e.peer);
             let ip = e.peer.ip();
             if let Some(n) = live.per_caller.get_mut(&ip) {
                 *n -= 1;
@@ -263,16 +260,15 @@ impl Registry {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// A stream opened on the connection from `peer` (counted until the
-    /// guard is dropped); `None` for a peer this registry does not know.
-    pub fn stream_opened(self: &Arc<Self>, peer: SocketAddr) -> Option<StreamGuard> {
-        let entry = Arc::clone(self.live().by_peer.get(&peer)?);
+    /// A stream opened on the connection `entry` (counted until the guard
+    /// is dropped).
+    pub(super) fn stream_opened(self: &Arc<Self>, entry: &Arc<Entry>) -> StreamGuard {
         entry.streams.fetch_add(1, Ordering::AcqRel);
         entry.changed_ms.store(self.now_ms(), Ordering::Release);
-        Some(StreamGuard {
-            entry,
+        StreamGuard {
+            entry: Arc::clone(entry),
             registry: Arc::clone(self),
-        })
+        }
     }
 
     /// How long the connection has had no open stream (`None`: it has one).

@@ -12,12 +12,12 @@ use tonic_health::ServingStatus;
 use super::accept;
 use super::admission::{AdmissionConfig, AdmissionLayer};
 use super::config::{MetricsListen, ServeArgs};
-use super::conn_streams::StreamCountLayer;
 use super::conns::{ConnLimits, Registry};
 use super::drain::{ABANDONED_TOTAL, InFlight};
 use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
 use super::panic::CatchPanicLayer;
+use super::serve::{self, Serving};
 use super::tls::{ServerTls, TlsError};
 use super::wire::WireLayer;
 use crate::doors::answer::Stalls;
@@ -135,15 +135,9 @@ pub enum ServerError {
     /// The reflection service could not read the descriptor sets.
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    /// The gRPC transport failed.
-    #[error("grpc server: {0}")]
-    Transport(#[from] tonic::transport::Error),
     /// A TLS file is unusable.
     #[error("{0}")]
     Tls(#[from] TlsError),
-    /// The TLS certificate or key was rejected.
-    #[error("--tls-cert/--tls-key/--tls-client-ca: {0}")]
-    TlsConfig(tonic::transport::Error),
     /// A flag's value is unusable.
     #[error("{0}")]
     Config(String),
@@ -159,17 +153,14 @@ impl ServerError {
     /// Whether the error is the configuration's (exit 2) rather than the
     /// environment's (exit 1).
     pub fn is_config(&self) -> bool {
-        matches!(
-            self,
-            ServerError::Tls(_) | ServerError::TlsConfig(_) | ServerError::Config(_)
-        )
+        matches!(self, ServerError::Tls(_) | ServerError::Config(_))
     }
 }
 
 /// A server whose listeners are bound; [`BoundServer::serve`] runs it.
 #[derive(Debug)]
 pub struct BoundServer {
-    builder: tonic::transport::Server,
+    tls: Option<serve::Tls>,
     grpc: TcpListener,
     grpc_addr: SocketAddr,
     metrics: Option<(TcpListener, SocketAddr)>,
@@ -195,15 +186,12 @@ impl BoundServer {
     /// Binds the gRPC listener and, unless off, the metrics listener.
     /// The TLS files are read (and checked) first.
     pub async fn bind(config: ServerConfig, policy: PolicyHandle) -> Result<Self, ServerError> {
-        let mut builder = tonic::transport::Server::builder()
-            .max_concurrent_streams(config.max_streams_per_connection)
-            .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
-            // The HTTP/JSON door takes HTTP/1.1 too (gRPC stays HTTP/2).
-            .accept_http1(config.http.is_some());
-        if let Some(tls) = &config.tls {
-            builder = builder.tls_config(tls.load()?).map_err(ServerError::TlsConfig)?;
-        }
+        let tls = config
+            .tls
+            .as_ref()
+            .map(ServerTls::acceptor)
+            .transpose()?
+            .map(serve::Tls);
         let grpc = bind_listener(config.listen).map_err(|source| ServerError::Bind {
             what: "grpc",
             addr: config.listen,
@@ -228,7 +216,7 @@ impl BoundServer {
             }
         };
         Ok(BoundServer {
-            builder,
+            tls,
             grpc,
             grpc_addr,
             metrics,
@@ -259,7 +247,7 @@ impl BoundServer {
     /// `retryd_shutdown_abandoned_calls_total`).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let BoundServer {
-            builder,
+            tls,
             grpc,
             grpc_addr,
             metrics,
@@ -417,23 +405,33 @@ impl BoundServer {
                 .route_service("/healthz", door.clone())
                 .route_service("/readyz", door);
         }
-        let server = builder
-            .layer(StreamCountLayer::new(registry))
+        let stack = tower::ServiceBuilder::new()
             .layer(GrpcMetricsLayer::new(unary_in_flight.clone()))
             .layer(WireLayer)
             .layer(admission)
             .layer(MessageLimitLayer::new(config.max_message_bytes))
             .layer(CatchPanicLayer)
-            .add_routes(tonic::service::Routes::from(router).prepare())
-            .serve_with_incoming_shutdown(incoming, signal);
+            .service(tonic::service::Routes::from(router).prepare());
+        let serving = Serving {
+            // The HTTP/JSON door takes HTTP/1.1 too (gRPC stays HTTP/2).
+            builder: serve::builder(
+                config.max_streams_per_connection,
+                config.http.is_some(),
+                (HTTP2_KEEPALIVE_INTERVAL, HTTP2_KEEPALIVE_TIMEOUT),
+            ),
+            stack,
+            tls,
+            registry,
+        };
+        let server = serve::serve(incoming, serving, signal);
         tokio::pin!(server);
 
         tokio::select! {
-            result = &mut server => return finished(result),
+            () = &mut server => return finished(),
             Ok(()) = draining_rx => {}
         }
         match tokio::time::timeout(config.shutdown_grace, server).await {
-            Ok(result) => finished(result),
+            Ok(()) => finished(),
             Err(_) => {
                 let abandoned = unary_in_flight.count();
                 ::metrics::counter!(ABANDONED_TOTAL).increment(u64::try_from(abandoned).unwrap_or(u64::MAX));
@@ -448,8 +446,7 @@ impl BoundServer {
     }
 }
 
-fn finished(result: Result<(), tonic::transport::Error>) -> Result<(), ServerError> {
-    result?;
+fn finished() -> Result<(), ServerError> {
     tracing::info!("stopped");
     Ok(())
 }
