@@ -69,6 +69,8 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// Time a connection may have no open stream; zero: no limit.
     pub idle_connection_timeout: Duration,
+    /// Most connections in all; 0: no limit.
+    pub max_connections: u32,
     /// Most connections from one IP address; 0: no limit.
     pub max_connections_per_caller: u32,
     /// TLS (and mutual TLS) settings; `None`: plaintext.
@@ -108,6 +110,7 @@ impl ServerConfig {
             max_watch_streams: args.fleet.max_watch_streams as usize,
             handshake_timeout: args.handshake_timeout,
             idle_connection_timeout: args.idle_connection_timeout,
+            max_connections: args.max_connections,
             max_connections_per_caller: args.max_connections_per_caller,
             tls: None,
             http: args.http.then(|| HttpConfig {
@@ -376,7 +379,7 @@ impl BoundServer {
         // shedding near the descriptor limit, a spare descriptor (conns).
         let limits = ConnLimits::new(
             (config.handshake_timeout, config.idle_connection_timeout),
-            config.max_connections_per_caller,
+            (config.max_connections, config.max_connections_per_caller),
             nofile_limit(),
             accept::descriptors_in_use(),
             config.tls.is_some(),
@@ -384,6 +387,7 @@ impl BoundServer {
         tracing::info!(
             handshake_timeout = ?limits.handshake_timeout,
             idle_timeout = ?limits.idle_timeout,
+            max_total = limits.max_total,
             max_per_caller = limits.max_per_caller,
             shed_at = limits.shed_at,
             "connections: un-handshaken ones are shed beyond shed_at open connections"
