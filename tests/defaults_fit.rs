@@ -74,18 +74,6 @@ fn long(prefix: &str, i: usize) -> String {
     s + &"x".repeat(pad)
 }
 
-fn raise_own_nofile() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let l = getrlimit(Resource::Nofile);
-    let _ = setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: l.maximum,
-            maximum: l.maximum,
-        },
-    );
-}
-
 /// `prefix` and `n` padded to 256 bytes: caller `i`'s `n`th name.
 fn named(mut f: pb::Failure, n: usize) -> pb::Failure {
     f.tenant = long("t", n);
@@ -212,7 +200,7 @@ fn holds_in_force(scrape: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_caps_filled_at_once_stay_below_the_charts_memory_limit() {
-    raise_own_nofile();
+    grpc_support::raise_own_nofile();
     let limit_kib = chart_limit_mib() * 1024;
     let server = Server::start(&[]);
     let pid = server.pid();

@@ -18,20 +18,6 @@ use retryd::grpc::pb;
 const SILENT: usize = 1100;
 const HANDSHAKE: Duration = Duration::from_secs(3);
 
-/// The test process itself holds 1 100 sockets: its own soft limit is
-/// raised to its hard one (the server's is set by prlimit).
-fn raise_own_nofile() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let l = getrlimit(Resource::Nofile);
-    let _ = setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: l.maximum,
-            maximum: l.maximum,
-        },
-    );
-}
-
 /// A connection from 127.0.0.2: another caller than the well-behaved
 /// client (127.0.0.1), as an attacker on another pod would be.
 fn connect_from_other_address(to: std::net::SocketAddr) -> Option<TcpStream> {
@@ -54,7 +40,7 @@ fn closed(s: &mut TcpStream) -> bool {
 }
 
 async fn silent_connections_do_not_take_the_server_down(nofile: &str, extra: &[&str]) {
-    raise_own_nofile();
+    grpc_support::raise_own_nofile();
     let timeout = format!("{}s", HANDSHAKE.as_secs());
     let mut args = vec!["--handshake-timeout", timeout.as_str()];
     args.extend_from_slice(extra);

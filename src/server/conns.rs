@@ -361,25 +361,22 @@ mod tests {
     #[test]
     fn at_max_connections_the_unfinished_go_first_then_new_ones() {
         let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
-        let r = Registry::new(ConnLimits::new(
-            (Duration::from_secs(10), Duration::from_secs(300)),
-            (2, 0),
-            1 << 20,
-            10,
-            false,
-        ));
+        let at_most_two = || {
+            Registry::new(ConnLimits::new(
+                (Duration::from_secs(10), Duration::from_secs(300)),
+                (2, 0),
+                1 << 20,
+                10,
+                false,
+            ))
+        };
+        let r = at_most_two();
         assert_eq!(r.limits.shed_at, 2, "the cap is below the descriptors' 90 %");
         let first = r.admit(a).expect("1");
         let _second = r.admit(a).expect("2");
         assert!(r.admit(a).is_some(), "3: the oldest unfinished is shed for it");
         assert!(first.1.shed.load(Ordering::Acquire));
-        let r = Registry::new(ConnLimits::new(
-            (Duration::from_secs(10), Duration::from_secs(300)),
-            (2, 0),
-            1 << 20,
-            10,
-            false,
-        ));
+        let r = at_most_two();
         for _ in 0..2 {
             r.admit(a)
                 .expect("under the cap")

@@ -21,7 +21,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
-use tonic::transport::server::Connected as _;
 
 use super::conn_io::Guarded;
 use super::conn_streams::ConnService;
@@ -32,6 +31,41 @@ use super::stream_task::StreamExec;
 /// client answers the GOAWAY's PING at once; a request that raced the
 /// GOAWAY is answered) before it is closed.
 pub const GOAWAY_GRACE: Duration = Duration::from_secs(5);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The request stack every connection is served with (what the assembly
+/// builds: the layers over tonic's routes).
+pub trait Stack<RB>:
+    tower::Service<
+        http::Request<tonic::body::Body>,
+        Response = http::Response<RB>,
+        Future: Send + 'static,
+        Error: Into<BoxError> + Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S, RB> Stack<RB> for S where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<RB>,
+            Future: Send + 'static,
+            Error: Into<BoxError> + Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The body of an answer, as hyper sends it.
+pub trait AnswerBody: http_body::Body<Data = bytes::Bytes, Error: Into<BoxError>> + Send + 'static {}
+
+impl<B> AnswerBody for B where B: http_body::Body<Data = bytes::Bytes, Error: Into<BoxError>> + Send + 'static {}
 
 /// The HTTP settings of every connection: tonic's Server's, with retryd's
 /// values (`max_streams` streams per connection, PING keepalive).
@@ -84,11 +118,8 @@ pub async fn serve<S, RB>(
     serving: Serving<S>,
     signal: impl Future<Output = ()>,
 ) where
-    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<RB>> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
-    RB: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    RB::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: Stack<RB>,
+    RB: AnswerBody,
 {
     let serving = Arc::new(serving);
     let (drain_tx, drain_rx) = watch::channel(false);
@@ -119,43 +150,40 @@ pub async fn serve<S, RB>(
 /// Serves one connection (after its TLS handshake, if TLS is on).
 async fn connection<S, RB>(io: Guarded, serving: Arc<Serving<S>>, drain: watch::Receiver<bool>)
 where
-    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<RB>> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
-    RB: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    RB::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: Stack<RB>,
+    RB: AnswerBody,
 {
     let entry = io.entry();
     match &serving.tls {
-        None => {
-            let info = io.connect_info();
-            run(
-                &serving,
-                &entry,
-                TokioIo::new(io),
-                conn_service(&serving, &entry, info),
-                drain,
-            )
-            .await;
-        }
+        None => over(&serving, &entry, io, drain).await,
         Some(acceptor) => {
             // Guarded's handshake deadline covers the TLS handshake too.
-            let tls = match tokio::time::timeout(super::tls::HANDSHAKE_TIMEOUT, acceptor.0.accept(io)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => return tracing::debug!("tls accept error: {e}"),
-                Err(_) => return tracing::debug!("tls accept error: timed out"),
-            };
-            let info = tls.connect_info();
-            run(
-                &serving,
-                &entry,
-                TokioIo::new(tls),
-                conn_service(&serving, &entry, info),
-                drain,
-            )
-            .await;
+            match tokio::time::timeout(super::tls::HANDSHAKE_TIMEOUT, acceptor.0.accept(io)).await {
+                Ok(Ok(tls)) => over(&serving, &entry, tls, drain).await,
+                Ok(Err(e)) => tracing::debug!("tls accept error: {e}"),
+                Err(_) => tracing::debug!("tls accept error: timed out"),
+            }
         }
     }
+}
+
+/// Serves one connection over `io` (plaintext or TLS), its service told
+/// what `io` knows of its peer.
+async fn over<S, IO, RB>(serving: &Serving<S>, entry: &Arc<Entry>, io: IO, drain: watch::Receiver<bool>)
+where
+    S: Stack<RB>,
+    RB: AnswerBody,
+    IO: tonic::transport::server::Connected + tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let info = io.connect_info();
+    run(
+        serving,
+        entry,
+        TokioIo::new(io),
+        conn_service(serving, entry, info),
+        drain,
+    )
+    .await;
 }
 
 /// The service of one connection described by `info`.
