@@ -86,12 +86,13 @@ place() {
 }
 # serve_at NAME PORT [METRICS_PORT]: `retryd serve --state memory` on
 # 127.0.0.1:PORT with the placement rates lifted for the setup (see
-# fleet-lib.sh's start).
+# fleet-lib.sh's start), and room for part 2's 2 000 streams (the default
+# --max-watch-streams is 1 024 since issue 24's memory table).
 serve_at() {
   local logf="$WORK/$1.log" _ metrics=off
   [[ -n "${3:-}" ]] && metrics="127.0.0.1:$3"
   "$RETRYD" serve --listen "127.0.0.1:$2" --metrics-listen "$metrics" --state "${STATE:-memory}" \
-    --hold-placements-per-sec 100000 --dependency-holds-per-sec 100000 2>"$logf" &
+    --hold-placements-per-sec 100000 --dependency-holds-per-sec 100000 --max-watch-streams 2000 2>"$logf" &
   PIDS+=($!)
   printf -v "PID_$1" '%s' "$!"
   for _ in $(seq 100); do grep -q 'listening on' "$logf" && return; sleep 0.1; done

@@ -50,7 +50,7 @@ fn start(pki: &Pki, mutual: bool) -> Server {
     let flags = pki.serve_flags(mutual);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     // tonic logs a refused handshake at debug.
-    Server::start_with_env(&flags, &[("RUST_LOG", "info,tonic::transport=debug")])
+    Server::start_with_env(&flags, &[("RUST_LOG", "info,retryd::server::serve=debug")])
 }
 
 fn health(args: &[&str]) -> (Option<i32>, String) {
@@ -138,7 +138,7 @@ async fn mutual_tls_refuses_clients_without_a_certificate_from_the_ca() {
     // TLS 1.3: the client's side of the handshake completes before the
     // server has checked the client's certificate, so the client sees the
     // refusal as a closed connection at its first call; the server's log
-    // (tonic, debug) shows the handshake failing, and no call reaches the
+    // (retryd::server::serve, debug) shows the handshake failing, and no call reaches the
     // service.
     let no_cert = connect_and_classify(&pki, &server, None)
         .await

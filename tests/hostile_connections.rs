@@ -18,20 +18,6 @@ use retryd::grpc::pb;
 const SILENT: usize = 1100;
 const HANDSHAKE: Duration = Duration::from_secs(3);
 
-/// The test process itself holds 1 100 sockets: its own soft limit is
-/// raised to its hard one (the server's is set by prlimit).
-fn raise_own_nofile() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let l = getrlimit(Resource::Nofile);
-    let _ = setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: l.maximum,
-            maximum: l.maximum,
-        },
-    );
-}
-
 /// A connection from 127.0.0.2: another caller than the well-behaved
 /// client (127.0.0.1), as an attacker on another pod would be.
 fn connect_from_other_address(to: std::net::SocketAddr) -> Option<TcpStream> {
@@ -54,7 +40,7 @@ fn closed(s: &mut TcpStream) -> bool {
 }
 
 async fn silent_connections_do_not_take_the_server_down(nofile: &str, extra: &[&str]) {
-    raise_own_nofile();
+    grpc_support::raise_own_nofile();
     let timeout = format!("{}s", HANDSHAKE.as_secs());
     let mut args = vec!["--handshake-timeout", timeout.as_str()];
     args.extend_from_slice(extra);
@@ -263,4 +249,143 @@ async fn idle_connections_are_closed_and_streams_keep_them_open() {
         Some(2.0),
         "{scrape}"
     );
+}
+
+/// Reads HTTP/2 frames off `tcp` until the server closes it, answering its
+/// SETTINGS and PINGs as a live client does; returns each frame's type and,
+/// for GOAWAY, its error code.
+async fn frames_until_closed(tcp: &mut tokio::net::TcpStream) -> Vec<(u8, Option<u32>)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut seen = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        if tcp.read_exact(&mut head).await.is_err() {
+            return seen;
+        }
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let (kind, flags) = (head[3], head[4]);
+        let mut payload = vec![0u8; len];
+        if tcp.read_exact(&mut payload).await.is_err() {
+            return seen;
+        }
+        let code = (kind == 7).then(|| u32::from_be_bytes(payload[4..8].try_into().unwrap()));
+        seen.push((kind, code));
+        let ack = match kind {
+            4 if flags & 1 == 0 => Some([&[0, 0, 0, 4, 1, 0, 0, 0, 0][..], &[]].concat()),
+            6 if flags & 1 == 0 => Some([&[0, 0, 8, 6, 1, 0, 0, 0, 0][..], &payload[..]].concat()),
+            _ => None,
+        };
+        if let Some(ack) = ack {
+            let _ = tcp.write_all(&ack).await;
+        }
+    }
+}
+
+/// `--idle-connection-timeout` ends a connection with GOAWAY (NO_ERROR),
+/// as HTTP/2 asks, not by closing the socket under the client: a raw
+/// HTTP/2 client that sends its preface and SETTINGS and then nothing
+/// receives a GOAWAY frame, then the connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_sent_goaway_before_it_is_closed() {
+    use tokio::io::AsyncWriteExt as _;
+    let server = Server::start(&["--idle-connection-timeout", "2s"]);
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.expect("connect");
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .expect("preface and SETTINGS");
+    let started = Instant::now();
+    let frames = tokio::time::timeout(Duration::from_secs(15), frames_until_closed(&mut tcp))
+        .await
+        .expect("closed within 15 s");
+    let took = started.elapsed();
+    eprintln!("idle connection: frames {frames:?}, closed after {took:?}");
+    let goaway = frames
+        .iter()
+        .position(|f| f.0 == 7)
+        .expect("a GOAWAY frame before the close");
+    assert_eq!(frames[goaway].1, Some(0), "GOAWAY with NO_ERROR: {frames:?}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(2 + 5 + 2),
+        "closed after {took:?}: the idle timeout (2 s), within its GOAWAY grace"
+    );
+    let scrape = server.scrape();
+    assert_eq!(
+        sample(&scrape, "retryd_connections_closed_total{reason=\"idle\"}"),
+        Some(1.0),
+        "{scrape}"
+    );
+}
+
+/// A WatchHolds stream whose client never opens its window (initial
+/// window 0) stalls at its first message: retryd cannot send the
+/// RESOURCE_EXHAUSTED end in the body, so it resets the stream
+/// (RST_STREAM) within the stall timeout + the reset grace; the stream's
+/// watch seat is freed (`retryd_watch_streams` back to 0) and the
+/// connection itself keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_stream_stalled_at_window_zero_is_reset_and_its_seat_freed() {
+    let server = Server::start(&["--stall-timeout", "1s", "--hold-placements-per-sec", "100000"]);
+    // Enough holds that the snapshot outgrows what the stream queues.
+    let mut client = server.client().await;
+    let failures: Vec<pb::Failure> = (0..600)
+        .map(|i| {
+            let mut f = failure("frontspin", "RATE_LIMITED", pb::OperationKind::Read);
+            f.tenant = format!("tenant-{i:04}-{}", "t".repeat(200));
+            f.dependency = "fs-cli".into();
+            f
+        })
+        .collect();
+    client
+        .classify_batch(pb::ClassifyBatchRequest {
+            failures,
+            locale: String::new(),
+        })
+        .await
+        .expect("holds placed");
+    assert_eq!(
+        sample(&server.scrape(), "retryd_holds_placed_total{kind=\"quota_stop\"}"),
+        Some(600.0)
+    );
+
+    let mut conn = h2raw::Conn::connect(server.addr, 0).await;
+    let (watch, _send) = conn
+        .start(WATCH, h2raw::framed(&pb::WatchHoldsRequest::default()), true)
+        .await;
+    let head = tokio::time::timeout(Duration::from_secs(5), watch)
+        .await
+        .expect("watch headers")
+        .expect("watch answered");
+    assert_eq!(head.status(), 200);
+    assert_eq!(sample(&server.scrape(), "retryd_watch_streams"), Some(1.0));
+
+    let started = Instant::now();
+    let mut body = head.into_body();
+    let end = tokio::time::timeout(Duration::from_secs(10), body.data())
+        .await
+        .expect("the stream ended within 10 s");
+    let took = started.elapsed();
+    eprintln!("zero-window watch: ended with {end:?} after {took:?}");
+    let reason = match end {
+        Some(Err(e)) => e.reason(),
+        other => panic!("expected a reset, got {other:?}"),
+    };
+    assert_eq!(reason, Some(h2::Reason::CANCEL));
+    assert!(
+        took < Duration::from_secs(1 + 1 + 3),
+        "reset after {took:?}: the stall timeout (1 s) + the reset grace (1 s)"
+    );
+    let seats = grpc_support::eventually(Duration::from_secs(5), "the watch seat freed", || {
+        let scrape = server.scrape();
+        async move { (sample(&scrape, "retryd_watch_streams") == Some(0.0)).then_some(scrape) }
+    })
+    .await;
+    assert!(
+        sample(&seats, "retryd_answers_stalled_total").unwrap_or_default() >= 1.0,
+        "{seats}"
+    );
+    // Only the stream was reset: the connection still answers.
+    let (answer, _s) = conn.try_send(CLASSIFY, classify_body()).await.expect("a call");
+    conn.open_window();
+    let answer = h2raw::read(answer, Duration::from_secs(5)).await;
+    assert_eq!(answer.grpc, Some(0), "{}", answer.message);
 }

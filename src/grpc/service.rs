@@ -358,6 +358,8 @@ impl RetryDecisionService for RetryDecisionApi {
             tenant: req.tenant,
         };
         let events = self.service.watch_holds(filter, operator, &caller).map_err(status_of)?;
+        // The server resets the stream when it stalls (its end may never be taken).
+        let alarm = events.stall_alarm();
         let stream = events.map(|e| {
             e.map(|e| pb::WatchHoldsResponse {
                 kind: hold_event_to_proto(e.kind) as i32,
@@ -366,7 +368,9 @@ impl RetryDecisionService for RetryDecisionApi {
             })
             .map_err(status_of)
         });
-        Ok(Response::new(Box::pin(stream)))
+        let mut response = Response::new(Box::pin(stream) as Self::WatchHoldsStream);
+        response.extensions_mut().insert(alarm);
+        Ok(response)
     }
 
     async fn classify(&self, request: Request<pb::ClassifyRequest>) -> Result<Response<pb::ClassifyResponse>, Status> {

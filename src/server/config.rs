@@ -101,6 +101,11 @@ pub struct ServeArgs {
     /// open as long as it runs) before it is closed; `0` never closes one.
     #[arg(long, env = "RETRYD_IDLE_CONNECTION_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     pub idle_connection_timeout: Duration,
+    /// Most connections open at once in all (each costs about 10 KiB
+    /// idle); at it the oldest ones still in their handshake are closed
+    /// first, else a new one is closed at once. 0 means no limit.
+    #[arg(long, env = "RETRYD_MAX_CONNECTIONS", default_value_t = super::conns::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: u32,
     /// Most connections open at once from one caller (its IP address); a
     /// new one over it is closed at once. 0 means no limit.
     #[arg(long, env = "RETRYD_MAX_CONNECTIONS_PER_CALLER", default_value_t = super::conns::DEFAULT_MAX_CONNECTIONS_PER_CALLER)]

@@ -1,6 +1,7 @@
 //! An accepted connection under the rules of [`super::conns`]: the
 //! handshake deadline (the preface or request line seen in the first
-//! bytes), shedding, and the idle timeout.
+//! bytes) and shedding. (The idle timeout is the serving task's, which can
+//! send GOAWAY: [`super::serve`].)
 
 use std::future::Future as _;
 use std::io;
@@ -58,8 +59,6 @@ pub struct Guarded {
     entry: Arc<Entry>,
     /// Until the handshake is complete.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// After it: fires when the connection may have been idle long enough.
-    idle: Option<Pin<Box<tokio::time::Sleep>>>,
     scan: Scan,
     wrote: bool,
 }
@@ -81,7 +80,6 @@ impl Guarded {
             id,
             entry,
             deadline: Some(deadline),
-            idle: None,
             scan: Scan::default(),
             wrote: false,
         }
@@ -94,24 +92,9 @@ impl Guarded {
 }
 
 impl Guarded {
-    /// Whether the connection has had no open stream for the idle timeout;
-    /// otherwise the idle timer is set for when it could have.
-    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
-        let timeout = self.registry.limits.idle_timeout;
-        if timeout.is_zero() {
-            return false;
-        }
-        let sleep = self.idle.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        while sleep.as_mut().poll(cx).is_ready() {
-            let left = match self.registry.idle_for(&self.entry) {
-                Some(idle) if idle >= timeout => return true,
-                Some(idle) => timeout - idle,
-                // A stream is open: look again a whole timeout later.
-                None => timeout,
-            };
-            sleep.as_mut().reset(tokio::time::Instant::now() + left);
-        }
-        false
+    /// The connection's entry in the registry.
+    pub(super) fn entry(&self) -> Arc<Entry> {
+        Arc::clone(&self.entry)
     }
 }
 
@@ -142,13 +125,6 @@ impl AsyncRead for Guarded {
                     "no complete handshake within --handshake-timeout",
                 )));
             }
-        }
-        if this.deadline.is_none() && this.idle_expired(cx) {
-            this.registry.closed(4);
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no open stream for --idle-connection-timeout",
-            )));
         }
         let before = buf.filled().len();
         let result = Pin::new(&mut this.inner).poll_read(cx, buf);

@@ -1,7 +1,13 @@
-//! Open streams per connection, for `--idle-connection-timeout`: a request
-//! is a stream from when it arrives until its response body is done (a
-//! WatchHolds stream is open as long as it runs). The connection is found
-//! by its peer address in the [`Registry`] of [`super::conns`].
+//! The service of one connection: what tonic's Server added to each
+//! request (the connection's address and TLS certificates in the request's
+//! extensions), the count of its open streams for
+//! `--idle-connection-timeout` (a request is a stream from when it arrives
+//! until its response body is done or dropped; a WatchHolds stream is open
+//! as long as it runs), and the hand-over of a stalled stream's alarm to its
+//! task ([`super::stream_task`]).
+//!
+//! The connection is known when its service is made, so counting a stream
+//! costs two atomic operations: no lookup by address, no lock.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,44 +15,37 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use http_body::{Body, Frame, SizeHint};
-use tower::{Layer, Service};
+use tower::Service;
 
-use super::conns::{Registry, StreamGuard};
+use super::conns::{Entry, Registry, StreamGuard};
+use crate::service::stall::StallAlarm;
 
-/// Layer counting each connection's open streams.
+/// The service of one connection over the shared stack `S`; `I` is the
+/// connection's info (tonic's `TcpConnectInfo` or `TlsConnectInfo`).
 #[derive(Debug, Clone)]
-pub struct StreamCountLayer {
+pub struct ConnService<S, I> {
+    inner: S,
+    info: I,
+    entry: Arc<Entry>,
     registry: Arc<Registry>,
 }
 
-impl StreamCountLayer {
-    /// Counts into `registry`.
-    pub fn new(registry: Arc<Registry>) -> Self {
-        StreamCountLayer { registry }
-    }
-}
-
-impl<S> Layer<S> for StreamCountLayer {
-    type Service = StreamCount<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        StreamCount {
+impl<S, I> ConnService<S, I> {
+    /// The service of the connection `entry` of `registry`, described by `info`.
+    pub(super) fn new(inner: S, info: I, entry: Arc<Entry>, registry: Arc<Registry>) -> Self {
+        ConnService {
             inner,
-            registry: Arc::clone(&self.registry),
+            info,
+            entry,
+            registry,
         }
     }
 }
 
-/// See [`StreamCountLayer`].
-#[derive(Debug, Clone)]
-pub struct StreamCount<S> {
-    inner: S,
-    registry: Arc<Registry>,
-}
-
-impl<S, B, RB> Service<http::Request<B>> for StreamCount<S>
+impl<S, I, RB> Service<http::Request<hyper::body::Incoming>> for ConnService<S, I>
 where
-    S: Service<http::Request<B>, Response = http::Response<RB>>,
+    S: Service<http::Request<tonic::body::Body>, Response = http::Response<RB>>,
+    I: Clone + Send + Sync + 'static,
 {
     type Response = http::Response<CountedBody<RB>>;
     type Error = S::Error;
@@ -56,17 +55,19 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let guard = crate::doors::peers::remote_addr(req.extensions()).and_then(|p| self.registry.stream_opened(p));
+    fn call(&mut self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let mut req = req.map(tonic::body::Body::new);
+        req.extensions_mut().insert(self.info.clone());
+        let guard = self.registry.stream_opened(&self.entry);
         CountedFuture {
             inner: self.inner.call(req),
-            guard,
+            guard: Some(guard),
         }
     }
 }
 
 pin_project_lite::pin_project! {
-    /// The response future of [`StreamCount`]: the stream stays counted
+    /// The response future of [`ConnService`]: the stream stays counted
     /// in its body.
     pub struct CountedFuture<F> {
         #[pin]
@@ -84,6 +85,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
+        if let Ok(response) = &result {
+            if let Some(alarm) = response.extensions().get::<StallAlarm>() {
+                super::stream_task::hand(alarm.clone());
+            }
+        }
         let guard = this.guard.take();
         Poll::Ready(result.map(|r| r.map(|inner| CountedBody { inner, guard })))
     }

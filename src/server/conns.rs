@@ -8,6 +8,11 @@
 //!   closed. Under TLS the bytes are ciphertext, so the handshake counts as
 //!   done when the client sends again after the server's first flight (its
 //!   TLS `Finished`); the deadline covers the TLS handshake either way.
+//! - **In all** (`--max-connections`): each open connection costs memory
+//!   (about 10 KiB idle, measured), so their number is capped like every
+//!   other table; at the cap the oldest connections still in their
+//!   handshake are closed first, and a new one is closed at once when none
+//!   is.
 //! - **Per caller** (`--max-connections-per-caller`): the caller is the
 //!   peer's IP address, as [`crate::doors::peers::caller_of_parts`] names a
 //!   caller without a client certificate (the certificate is not known when
@@ -36,10 +41,20 @@ pub const CONNECTIONS_OPEN: &str = "retryd_connections_open";
 /// Counter of connections closed by retryd, by `reason`: `handshake_timeout`,
 /// `per_caller`, `shed` (near the descriptor limit), `no_descriptor`
 /// (accepted with the spare descriptor and closed at once), `idle` (no open
-/// stream for `--idle-connection-timeout`).
+/// stream for `--idle-connection-timeout`), `max_connections` (a new one
+/// over `--max-connections`).
 pub const CONNECTIONS_CLOSED_TOTAL: &str = "retryd_connections_closed_total";
-const REASONS: [&str; 5] = ["handshake_timeout", "per_caller", "shed", "no_descriptor", "idle"];
+const REASONS: [&str; 6] = [
+    "handshake_timeout",
+    "per_caller",
+    "shed",
+    "no_descriptor",
+    "idle",
+    "max_connections",
+];
 
+/// Default of `--max-connections`: about 40 MiB of idle connections.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 4_096;
 /// Default of `--max-connections-per-caller`: a node's pods behind one
 /// address (Kubernetes' 110 pods a node, a few channels each), with room.
 pub const DEFAULT_MAX_CONNECTIONS_PER_CALLER: u32 = 512;
@@ -62,6 +77,8 @@ pub struct ConnLimits {
     pub idle_timeout: Duration,
     /// Most connections from one IP address (0: no limit).
     pub max_per_caller: u32,
+    /// Most connections in all (0: no limit).
+    pub max_total: u32,
     /// Connections allowed before shedding (from the descriptor limit).
     pub shed_at: u64,
     /// Whether connections are TLS (the handshake is judged on ciphertext).
@@ -73,7 +90,7 @@ impl ConnLimits {
     /// which has `in_use` descriptors open now.
     pub fn new(
         (handshake_timeout, idle_timeout): (Duration, Duration),
-        max_per_caller: u32,
+        (max_total, max_per_caller): (u32, u32),
         nofile: u64,
         in_use: u64,
         tls: bool,
@@ -83,7 +100,12 @@ impl ConnLimits {
             handshake_timeout,
             idle_timeout,
             max_per_caller,
-            shed_at: (free * SHED_AT_PERCENT / 100).max(1),
+            max_total,
+            shed_at: match max_total {
+                0 => free * SHED_AT_PERCENT / 100,
+                n => (free * SHED_AT_PERCENT / 100).min(u64::from(n)),
+            }
+            .max(1),
             tls,
         }
     }
@@ -107,7 +129,6 @@ struct Live {
     next_id: u64,
     /// By accept order: the oldest first.
     conns: BTreeMap<u64, Arc<Entry>>,
-    by_peer: HashMap<SocketAddr, Arc<Entry>>,
     per_caller: HashMap<IpAddr, u32>,
 }
 
@@ -115,7 +136,7 @@ struct Live {
 #[derive(Debug, Default)]
 struct Tally {
     since: Option<Instant>,
-    counts: [u64; 5],
+    counts: [u64; 6],
 }
 
 /// The live connections of the gRPC port.
@@ -133,7 +154,7 @@ impl Registry {
         metrics::describe_gauge!(CONNECTIONS_OPEN, "Connections open on the gRPC port.");
         metrics::describe_counter!(
             CONNECTIONS_CLOSED_TOTAL,
-            "Connections closed by retryd, by reason (handshake_timeout, per_caller, shed, no_descriptor, idle)."
+            "Connections closed by retryd, by reason (handshake_timeout, per_caller, shed, no_descriptor, idle, max_connections)."
         );
         metrics::gauge!(CONNECTIONS_OPEN).set(0.0);
         for r in REASONS {
@@ -177,6 +198,7 @@ impl Registry {
             shed = c[2],
             no_descriptor = c[3],
             idle = c[4],
+            max_connections = c[5],
             open = self.live().conns.len(),
             shed_at = self.limits.shed_at,
             "connections closed (counts since the last such line, at most every 10 s)"
@@ -221,6 +243,12 @@ impl Registry {
                 }
             }
         }
+        if self.limits.max_total > 0 && shed == 0 && live.conns.len() >= self.limits.max_total as usize {
+            // At the cap with none left to shed: the new one goes.
+            drop(live);
+            self.closed(5);
+            return None;
+        }
         let id = live.next_id;
         live.next_id += 1;
         let entry = Arc::new(Entry {
@@ -232,7 +260,6 @@ impl Registry {
             waker: AtomicWaker::new(),
         });
         live.conns.insert(id, Arc::clone(&entry));
-        live.by_peer.insert(peer, Arc::clone(&entry));
         *live.per_caller.entry(ip).or_default() += 1;
         metrics::gauge!(CONNECTIONS_OPEN).set(live.conns.len() as f64);
         drop(live);
@@ -245,7 +272,6 @@ impl Registry {
     pub(super) fn remove(&self, id: u64) {
         let mut live = self.live();
         if let Some(e) = live.conns.remove(&id) {
-            live.by_peer.remove(&e.peer);
             let ip = e.peer.ip();
             if let Some(n) = live.per_caller.get_mut(&ip) {
                 *n -= 1;
@@ -263,16 +289,15 @@ impl Registry {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// A stream opened on the connection from `peer` (counted until the
-    /// guard is dropped); `None` for a peer this registry does not know.
-    pub fn stream_opened(self: &Arc<Self>, peer: SocketAddr) -> Option<StreamGuard> {
-        let entry = Arc::clone(self.live().by_peer.get(&peer)?);
+    /// A stream opened on the connection `entry` (counted until the guard
+    /// is dropped).
+    pub(super) fn stream_opened(self: &Arc<Self>, entry: &Arc<Entry>) -> StreamGuard {
         entry.streams.fetch_add(1, Ordering::AcqRel);
         entry.changed_ms.store(self.now_ms(), Ordering::Release);
-        Some(StreamGuard {
-            entry,
+        StreamGuard {
+            entry: Arc::clone(entry),
             registry: Arc::clone(self),
-        })
+        }
     }
 
     /// How long the connection has had no open stream (`None`: it has one).
@@ -305,6 +330,7 @@ mod tests {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             max_per_caller,
+            max_total: 0,
             shed_at,
             tls: false,
         }
@@ -330,5 +356,34 @@ mod tests {
         let _fourth = r.admit(a).expect("4: over, the oldest unfinished shed");
         assert!(!first.1.shed.load(Ordering::Acquire), "handshaken: kept");
         assert!(second.1.shed.load(Ordering::Acquire), "the oldest unfinished: shed");
+    }
+
+    #[test]
+    fn at_max_connections_the_unfinished_go_first_then_new_ones() {
+        let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let at_most_two = || {
+            Registry::new(ConnLimits::new(
+                (Duration::from_secs(10), Duration::from_secs(300)),
+                (2, 0),
+                1 << 20,
+                10,
+                false,
+            ))
+        };
+        let r = at_most_two();
+        assert_eq!(r.limits.shed_at, 2, "the cap is below the descriptors' 90 %");
+        let first = r.admit(a).expect("1");
+        let _second = r.admit(a).expect("2");
+        assert!(r.admit(a).is_some(), "3: the oldest unfinished is shed for it");
+        assert!(first.1.shed.load(Ordering::Acquire));
+        let r = at_most_two();
+        for _ in 0..2 {
+            r.admit(a)
+                .expect("under the cap")
+                .1
+                .handshaken
+                .store(true, Ordering::Release);
+        }
+        assert!(r.admit(a).is_none(), "at the cap, none to shed: refused");
     }
 }

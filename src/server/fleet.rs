@@ -50,7 +50,7 @@ pub struct FleetArgs {
     /// Most retry-budget scopes counted (dependency and tenant scopes
     /// together, under 1 KiB each); over it those with the fewest first
     /// attempts in their window are dropped first.
-    #[arg(long, env = "RETRYD_MAX_BUDGET_SCOPES", default_value_t = 50_000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RETRYD_MAX_BUDGET_SCOPES", default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_budget_scopes: u32,
     /// With --state redis: how often each replica flushes its budget counts
     /// and reads the fleet's totals back, in ms (1 to 100). The fleet may
@@ -62,7 +62,7 @@ pub struct FleetArgs {
     #[arg(long, env = "RETRYD_MAX_WATCH_STREAMS_PER_CALLER", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_watch_streams_per_caller: u32,
     /// Most WatchHolds streams open in all.
-    #[arg(long, env = "RETRYD_MAX_WATCH_STREAMS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RETRYD_MAX_WATCH_STREAMS", default_value_t = 1_024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_watch_streams: u32,
     /// First attempts one caller may report (ReportOutcomes) per budget
     /// scope per second; the burst is one second's worth. What is over it

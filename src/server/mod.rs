@@ -43,9 +43,11 @@ pub mod observe;
 pub mod panic;
 pub mod reload;
 pub mod run;
+pub mod serve;
 pub mod shutdown;
 pub mod socket;
 pub mod state_check;
+pub mod stream_task;
 pub mod tls;
 pub mod wire;
 

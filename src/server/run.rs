@@ -12,12 +12,12 @@ use tonic_health::ServingStatus;
 use super::accept;
 use super::admission::{AdmissionConfig, AdmissionLayer};
 use super::config::{MetricsListen, ServeArgs};
-use super::conn_streams::StreamCountLayer;
 use super::conns::{ConnLimits, Registry};
 use super::drain::{ABANDONED_TOTAL, InFlight};
 use super::message_limit::MessageLimitLayer;
 use super::metrics::{self, GrpcMetricsLayer};
 use super::panic::CatchPanicLayer;
+use super::serve::{self, Serving};
 use super::tls::{ServerTls, TlsError};
 use super::wire::WireLayer;
 use crate::doors::answer::Stalls;
@@ -69,6 +69,8 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// Time a connection may have no open stream; zero: no limit.
     pub idle_connection_timeout: Duration,
+    /// Most connections in all; 0: no limit.
+    pub max_connections: u32,
     /// Most connections from one IP address; 0: no limit.
     pub max_connections_per_caller: u32,
     /// TLS (and mutual TLS) settings; `None`: plaintext.
@@ -108,6 +110,7 @@ impl ServerConfig {
             max_watch_streams: args.fleet.max_watch_streams as usize,
             handshake_timeout: args.handshake_timeout,
             idle_connection_timeout: args.idle_connection_timeout,
+            max_connections: args.max_connections,
             max_connections_per_caller: args.max_connections_per_caller,
             tls: None,
             http: args.http.then(|| HttpConfig {
@@ -135,15 +138,9 @@ pub enum ServerError {
     /// The reflection service could not read the descriptor sets.
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    /// The gRPC transport failed.
-    #[error("grpc server: {0}")]
-    Transport(#[from] tonic::transport::Error),
     /// A TLS file is unusable.
     #[error("{0}")]
     Tls(#[from] TlsError),
-    /// The TLS certificate or key was rejected.
-    #[error("--tls-cert/--tls-key/--tls-client-ca: {0}")]
-    TlsConfig(tonic::transport::Error),
     /// A flag's value is unusable.
     #[error("{0}")]
     Config(String),
@@ -159,17 +156,14 @@ impl ServerError {
     /// Whether the error is the configuration's (exit 2) rather than the
     /// environment's (exit 1).
     pub fn is_config(&self) -> bool {
-        matches!(
-            self,
-            ServerError::Tls(_) | ServerError::TlsConfig(_) | ServerError::Config(_)
-        )
+        matches!(self, ServerError::Tls(_) | ServerError::Config(_))
     }
 }
 
 /// A server whose listeners are bound; [`BoundServer::serve`] runs it.
 #[derive(Debug)]
 pub struct BoundServer {
-    builder: tonic::transport::Server,
+    tls: Option<serve::Tls>,
     grpc: TcpListener,
     grpc_addr: SocketAddr,
     metrics: Option<(TcpListener, SocketAddr)>,
@@ -195,15 +189,12 @@ impl BoundServer {
     /// Binds the gRPC listener and, unless off, the metrics listener.
     /// The TLS files are read (and checked) first.
     pub async fn bind(config: ServerConfig, policy: PolicyHandle) -> Result<Self, ServerError> {
-        let mut builder = tonic::transport::Server::builder()
-            .max_concurrent_streams(config.max_streams_per_connection)
-            .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
-            // The HTTP/JSON door takes HTTP/1.1 too (gRPC stays HTTP/2).
-            .accept_http1(config.http.is_some());
-        if let Some(tls) = &config.tls {
-            builder = builder.tls_config(tls.load()?).map_err(ServerError::TlsConfig)?;
-        }
+        let tls = config
+            .tls
+            .as_ref()
+            .map(ServerTls::acceptor)
+            .transpose()?
+            .map(serve::Tls);
         let grpc = bind_listener(config.listen).map_err(|source| ServerError::Bind {
             what: "grpc",
             addr: config.listen,
@@ -228,7 +219,7 @@ impl BoundServer {
             }
         };
         Ok(BoundServer {
-            builder,
+            tls,
             grpc,
             grpc_addr,
             metrics,
@@ -259,7 +250,7 @@ impl BoundServer {
     /// `retryd_shutdown_abandoned_calls_total`).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let BoundServer {
-            builder,
+            tls,
             grpc,
             grpc_addr,
             metrics,
@@ -388,7 +379,7 @@ impl BoundServer {
         // shedding near the descriptor limit, a spare descriptor (conns).
         let limits = ConnLimits::new(
             (config.handshake_timeout, config.idle_connection_timeout),
-            config.max_connections_per_caller,
+            (config.max_connections, config.max_connections_per_caller),
             nofile_limit(),
             accept::descriptors_in_use(),
             config.tls.is_some(),
@@ -396,6 +387,7 @@ impl BoundServer {
         tracing::info!(
             handshake_timeout = ?limits.handshake_timeout,
             idle_timeout = ?limits.idle_timeout,
+            max_total = limits.max_total,
             max_per_caller = limits.max_per_caller,
             shed_at = limits.shed_at,
             "connections: un-handshaken ones are shed beyond shed_at open connections"
@@ -417,23 +409,33 @@ impl BoundServer {
                 .route_service("/healthz", door.clone())
                 .route_service("/readyz", door);
         }
-        let server = builder
-            .layer(StreamCountLayer::new(registry))
+        let stack = tower::ServiceBuilder::new()
             .layer(GrpcMetricsLayer::new(unary_in_flight.clone()))
             .layer(WireLayer)
             .layer(admission)
             .layer(MessageLimitLayer::new(config.max_message_bytes))
             .layer(CatchPanicLayer)
-            .add_routes(tonic::service::Routes::from(router).prepare())
-            .serve_with_incoming_shutdown(incoming, signal);
+            .service(tonic::service::Routes::from(router).prepare());
+        let serving = Serving {
+            // The HTTP/JSON door takes HTTP/1.1 too (gRPC stays HTTP/2).
+            builder: serve::builder(
+                config.max_streams_per_connection,
+                config.http.is_some(),
+                (HTTP2_KEEPALIVE_INTERVAL, HTTP2_KEEPALIVE_TIMEOUT),
+            ),
+            stack,
+            tls,
+            registry,
+        };
+        let server = serve::serve(incoming, serving, signal);
         tokio::pin!(server);
 
         tokio::select! {
-            result = &mut server => return finished(result),
+            () = &mut server => return finished(),
             Ok(()) = draining_rx => {}
         }
         match tokio::time::timeout(config.shutdown_grace, server).await {
-            Ok(result) => finished(result),
+            Ok(()) => finished(),
             Err(_) => {
                 let abandoned = unary_in_flight.count();
                 ::metrics::counter!(ABANDONED_TOTAL).increment(u64::try_from(abandoned).unwrap_or(u64::MAX));
@@ -448,8 +450,7 @@ impl BoundServer {
     }
 }
 
-fn finished(result: Result<(), tonic::transport::Error>) -> Result<(), ServerError> {
-    result?;
+fn finished() -> Result<(), ServerError> {
     tracing::info!("stopped");
     Ok(())
 }

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 /// How long a client gets to finish the TLS handshake before the connection
 /// is dropped (handshakes run concurrently, so a slow one blocks no other).
@@ -52,6 +52,16 @@ pub enum TlsError {
     /// A flag needs another one.
     #[error("{0}")]
     Usage(String),
+    /// The file's certificates or key were rejected.
+    #[error("{flag} {path}: {reason}")]
+    Invalid {
+        /// The flag(s) that named the file.
+        flag: &'static str,
+        /// The path given.
+        path: PathBuf,
+        /// What rustls or the PEM parser said.
+        reason: String,
+    },
 }
 
 /// Reads a PEM file and checks that it holds at least one block whose label
@@ -104,21 +114,52 @@ impl ServerTls {
         }
     }
 
-    /// Reads the files into tonic's server configuration (client
-    /// certificates required when `client_ca` is set).
-    pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
-        let cert = read_pem("--tls-cert", &self.cert, "CERTIFICATE")?;
-        let key = read_pem("--tls-key", &self.key, "PRIVATE KEY")?;
-        let mut config = ServerTlsConfig::new()
-            .identity(Identity::from_pem(cert, key))
-            .timeout(HANDSHAKE_TIMEOUT);
-        if let Some(ca) = &self.client_ca {
-            let ca = read_pem("--tls-client-ca", ca, "CERTIFICATE")?;
-            config = config
-                .client_ca_root(Certificate::from_pem(ca))
-                .client_auth_optional(false);
-        }
-        Ok(config)
+    /// Reads the files into the rustls acceptor retryd's connections use
+    /// (client certificates required when `client_ca` is set): the
+    /// configuration tonic's Server built from the same files (ring, TLS
+    /// 1.2 and 1.3, ALPN `h2`).
+    pub fn acceptor(&self) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use tokio_rustls::rustls::{RootCertStore, ServerConfig, server::WebPkiClientVerifier};
+        let invalid = |flag: &'static str, path: &Path, e: &dyn std::fmt::Display| TlsError::Invalid {
+            flag,
+            path: path.to_owned(),
+            reason: e.to_string(),
+        };
+        let certs = |flag, path: &Path, pem: &[u8]| {
+            CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| invalid(flag, path, &e))
+        };
+        let cert = certs(
+            "--tls-cert",
+            &self.cert,
+            &read_pem("--tls-cert", &self.cert, "CERTIFICATE")?,
+        )?;
+        let key = PrivateKeyDer::from_pem_slice(&read_pem("--tls-key", &self.key, "PRIVATE KEY")?)
+            .map_err(|e| invalid("--tls-key", &self.key, &e))?;
+        let builder = ServerConfig::builder();
+        let builder = match &self.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = RootCertStore::empty();
+                roots.add_parsable_certificates(certs(
+                    "--tls-client-ca",
+                    ca,
+                    &read_pem("--tls-client-ca", ca, "CERTIFICATE")?,
+                )?);
+                let verifier = WebPkiClientVerifier::builder(roots.into())
+                    .build()
+                    .map_err(|e| invalid("--tls-client-ca", ca, &e))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(cert, key)
+            .map_err(|e| invalid("--tls-cert/--tls-key", &self.cert, &e))?;
+        config.alpn_protocols.push(b"h2".to_vec());
+        Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
     }
 }
 
@@ -178,7 +219,7 @@ mod tests {
             key: PathBuf::from("/nonexistent/key.pem"),
             client_ca: None,
         };
-        let e = missing.load().map(|_| ()).unwrap_err().to_string();
+        let e = missing.acceptor().map(|_| ()).unwrap_err().to_string();
         assert!(e.starts_with("--tls-cert /nonexistent/cert.pem:"), "{e}");
 
         let dir = std::env::temp_dir().join(format!("retryd-tls-unit-{}", std::process::id()));

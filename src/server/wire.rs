@@ -8,7 +8,10 @@
 //!   HTTP client takes a gRPC error (HTTP 200) for a success;
 //! - a malformed `grpc-timeout` (not 1 to 8 digits and a unit of
 //!   `HMSmun`): INTERNAL "malformed grpc-timeout", as grpc-go answers it
-//!   (tonic would ignore the header and run without a deadline).
+//!   (tonic would ignore the header and run without a deadline);
+//! - a well-formed `grpc-timeout` is the call's deadline: past it the call
+//!   is dropped and answered CANCELLED "Timeout expired", as tonic's Server
+//!   did (retryd serves connections itself, without tonic's layers).
 
 use std::task::{Context, Poll};
 
@@ -53,8 +56,13 @@ where
             };
         }
         match check(req.method(), req.headers()) {
-            Ok(()) => futures_like::Either::Inner {
+            Ok(None) => futures_like::Either::Inner {
                 future: self.inner.call(req),
+            },
+            Ok(Some(deadline)) => futures_like::Either::Deadline {
+                future: self.inner.call(req),
+                sleep: Box::pin(tokio::time::sleep(deadline)),
+                expired: || tonic::Status::cancelled("Timeout expired").into_http(),
             },
             Err(response) => futures_like::Either::Answer {
                 response: Some(response),
@@ -63,7 +71,11 @@ where
     }
 }
 
-fn check<RB: Default>(method: &http::Method, headers: &http::HeaderMap) -> Result<(), http::Response<RB>> {
+/// `Ok` with the call's deadline, if it has one; else the answer.
+fn check<RB: Default>(
+    method: &http::Method,
+    headers: &http::HeaderMap,
+) -> Result<Option<std::time::Duration>, http::Response<RB>> {
     if method != http::Method::POST {
         let mut r = http::Response::new(RB::default());
         *r.status_mut() = http::StatusCode::METHOD_NOT_ALLOWED;
@@ -77,12 +89,11 @@ fn check<RB: Default>(method: &http::Method, headers: &http::HeaderMap) -> Resul
         *r.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
         return Err(r);
     }
-    if let Some(timeout) = headers.get("grpc-timeout") {
-        if let Err(e) = parse_timeout(timeout.as_bytes()) {
-            return Err(tonic::Status::internal(format!("malformed grpc-timeout: {e}")).into_http());
-        }
+    match headers.get("grpc-timeout").map(|t| parse_timeout(t.as_bytes())) {
+        None => Ok(None),
+        Some(Ok(deadline)) => Ok(Some(deadline)),
+        Some(Err(e)) => Err(tonic::Status::internal(format!("malformed grpc-timeout: {e}")).into_http()),
     }
-    Ok(())
 }
 
 /// `application/grpc` or `application/grpc+proto`, optionally with parameters.
@@ -122,11 +133,13 @@ mod futures_like {
     use std::task::{Context, Poll};
 
     pin_project_lite::pin_project! {
-        /// The inner call, or an answer ready now.
+        /// The inner call (within its deadline), or an answer ready now.
         #[project = EitherProj]
         pub enum Either<F, R> {
             /// The request passed: the inner service's future.
             Inner { #[pin] future: F },
+            /// The same, answered with `expired()` past its deadline.
+            Deadline { #[pin] future: F, sleep: Pin<Box<tokio::time::Sleep>>, expired: fn() -> R },
             /// The request was answered here.
             Answer { response: Option<R> },
         }
@@ -141,6 +154,10 @@ mod futures_like {
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
             match self.project() {
                 EitherProj::Inner { future } => future.poll(cx),
+                EitherProj::Deadline { future, sleep, expired } => match future.poll(cx) {
+                    Poll::Ready(r) => Poll::Ready(r),
+                    Poll::Pending => sleep.as_mut().poll(cx).map(|()| Ok(expired())),
+                },
                 EitherProj::Answer { response } => match response.take() {
                     Some(r) => Poll::Ready(Ok(r)),
                     None => Poll::Pending,
@@ -202,6 +219,17 @@ mod tests {
     fn requests_that_are_not_grpc() {
         let grpc = ("content-type", "application/grpc");
         assert_eq!(status_of(http::Method::POST, &[grpc]), None);
+        assert_eq!(
+            check::<String>(&http::Method::POST, &{
+                let mut m = http::HeaderMap::new();
+                m.insert("content-type", http::HeaderValue::from_static("application/grpc"));
+                m.insert("grpc-timeout", http::HeaderValue::from_static("250m"));
+                m
+            })
+            .ok(),
+            Some(Some(Duration::from_millis(250))),
+            "a deadline"
+        );
         assert_eq!(status_of(http::Method::GET, &[grpc]), Some((405, None)));
         assert_eq!(
             status_of(http::Method::POST, &[("content-type", "application/json")]),

@@ -28,6 +28,7 @@ pub mod observe;
 pub mod outcome;
 pub mod record;
 pub mod reports;
+pub mod stall;
 pub mod watch;
 
 #[cfg(test)]

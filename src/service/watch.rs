@@ -13,6 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::Service;
 use super::error::{Error, ErrorKind, check_len};
 use super::holds::{Shown, shown};
+use super::stall::StallAlarm;
 use crate::core::hold::Hold;
 use crate::core::{UnixMillis, limits};
 use crate::fleet::{Fleet, HoldEventKind};
@@ -180,6 +181,15 @@ pub struct WatchEvent {
 pub struct WatchEvents {
     events: ReceiverStream<Result<WatchEvent, Error>>,
     _seat: Seat,
+    alarm: StallAlarm,
+}
+
+impl WatchEvents {
+    /// Raised when the stream is ended for stalling: the transport must then
+    /// end it too, as its last message may never be taken.
+    pub fn stall_alarm(&self) -> StallAlarm {
+        self.alarm.clone()
+    }
 }
 
 impl tokio_stream::Stream for WatchEvents {
@@ -197,6 +207,7 @@ impl tokio_stream::Stream for WatchEvents {
 struct Out {
     tx: mpsc::Sender<Result<WatchEvent, Error>>,
     stall: Duration,
+    alarm: StallAlarm,
 }
 
 impl Out {
@@ -234,6 +245,7 @@ impl Out {
                         self.stall
                     ),
                 )));
+                self.alarm.raise();
                 false
             }
         }
@@ -255,9 +267,11 @@ impl Service {
         let seat = self.watchers.enter(caller, limits)?;
         let mut draining = self.draining.clone();
         let (tx, rx) = mpsc::channel(QUEUED_EVENTS + 1);
+        let alarm = StallAlarm::default();
         let out = Out {
             tx,
             stall: limits.stall_timeout.max(Duration::from_millis(1)),
+            alarm: alarm.clone(),
         };
         tokio::spawn(async move {
             // A replica just started under a shared store first reads the
@@ -283,6 +297,7 @@ impl Service {
         Ok(WatchEvents {
             events: ReceiverStream::new(rx),
             _seat: seat,
+            alarm,
         })
     }
 }

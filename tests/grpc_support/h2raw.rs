@@ -23,6 +23,21 @@ impl Conn {
     /// `max_streams` locally initiated streams.
     pub async fn connect(addr: SocketAddr, window: u32) -> Conn {
         let tcp = tokio::net::TcpStream::connect(addr).await.expect("tcp connect");
+        Conn::over(tcp, window).await
+    }
+
+    /// As [`Conn::connect`], from the local address `from` (another
+    /// caller, e.g. 127.1.0.7).
+    pub async fn connect_from(addr: SocketAddr, from: std::net::IpAddr, window: u32) -> Conn {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(SocketAddr::new(from, 0))
+            .expect("bind the caller's address");
+        let tcp = socket.connect(addr).await.expect("tcp connect");
+        Conn::over(tcp, window).await
+    }
+
+    async fn over(tcp: tokio::net::TcpStream, window: u32) -> Conn {
         tcp.set_nodelay(true).expect("nodelay");
         let (send, mut conn) = h2::client::Builder::new()
             .initial_window_size(window)

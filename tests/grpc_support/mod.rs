@@ -512,3 +512,18 @@ pub async fn reflect(
         .expect("reflection response")
         .expect("one response")
 }
+
+/// Raises this test process's soft descriptor limit to its hard one, for
+/// tests that hold a thousand sockets or more (the server's own limit is
+/// its own).
+pub fn raise_own_nofile() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let l = getrlimit(Resource::Nofile);
+    let _ = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: l.maximum,
+            maximum: l.maximum,
+        },
+    );
+}

@@ -140,7 +140,7 @@ pub struct TapArgs {
     )]
     pub shadow_policy: Vec<PathBuf>,
     /// Decisions waiting for the shadow policy; over it they are dropped (counted).
-    #[arg(long, env = "RETRYD_SHADOW_QUEUE", default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RETRYD_SHADOW_QUEUE", default_value_t = 8_192, value_parser = clap::value_parser!(u32).range(1..))]
     pub shadow_queue: u32,
     /// Write one JSON line per decision to this file (rotated by size), or `stderr`.
     #[arg(long, env = "RETRYD_DECISION_LOG", value_name = "PATH|stderr")]
@@ -162,6 +162,6 @@ pub struct TapArgs {
     #[arg(long, env = "RETRYD_DECISION_LOG_RAW", default_value_t = false)]
     pub decision_log_raw: bool,
     /// Lines waiting to be written; over it decisions are not logged (counted).
-    #[arg(long, env = "RETRYD_DECISION_LOG_QUEUE", default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RETRYD_DECISION_LOG_QUEUE", default_value_t = 8_192, value_parser = clap::value_parser!(u32).range(1..))]
     pub decision_log_queue: u32,
 }
