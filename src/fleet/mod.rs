@@ -66,7 +66,7 @@ impl Default for FleetConfig {
             max_holds: 100_000,
             limits: PlacementLimits::default(),
             tenant_hash_key: Vec::new(),
-            max_budget_scopes: 50_000,
+            max_budget_scopes: DEFAULT_MAX_BUDGET_SCOPES,
             budget_flush_every: Duration::from_millis(100),
             max_reported_per_sec: budget::DEFAULT_REPORTED_PER_SEC,
             budget_scopes_per_sec_per_caller: budget::DEFAULT_SCOPES_PER_SEC_PER_CALLER,
@@ -140,6 +140,10 @@ pub fn standing_of(caller: &str) -> Standing {
         Standing::Anonymous
     }
 }
+
+/// Default of `--max-budget-scopes`: the budget table's share of the
+/// memory the Helm chart allows (docs/limits-and-hostile-surroundings.md).
+pub const DEFAULT_MAX_BUDGET_SCOPES: usize = 20_000;
 
 impl Fleet {
     /// A fleet memory over `store` (started here).

@@ -50,7 +50,7 @@ pub struct FleetArgs {
     /// Most retry-budget scopes counted (dependency and tenant scopes
     /// together, under 1 KiB each); over it those with the fewest first
     /// attempts in their window are dropped first.
-    #[arg(long, env = "RETRYD_MAX_BUDGET_SCOPES", default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RETRYD_MAX_BUDGET_SCOPES", default_value_t = crate::fleet::DEFAULT_MAX_BUDGET_SCOPES as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_budget_scopes: u32,
     /// With --state redis: how often each replica flushes its budget counts
     /// and reads the fleet's totals back, in ms (1 to 100). The fleet may
