@@ -14,7 +14,8 @@ the token typed in, tenants show in clear and each row gets a release
 button, kept in sessionStorage only; a hold lifted elsewhere leaves the
 table within 2 s; releasing by keyboard removes the row and the hold. The
 screenshot (with --screenshot) is taken with two holds, a budget and an
-explanation on screen. Prints `ui-check: N passed, 0 failed` at the end.
+explanation on screen; a pause extended by a later Retry-After shows its
+new end within 2 s. Prints `ui-check: N passed, 0 failed` at the end.
 Usually run through scripts/ui-check.sh, which installs what it needs.
 """
 
@@ -232,6 +233,22 @@ def run(server, d, screenshot):
     server.http("DELETE", f"/v1/holds/{b}", token=TOKEN)
     wait(d, "the row of a hold lifted elsewhere goes", lambda: not row(d, b), LIVE_WITHIN)
     check(f"a hold lifted elsewhere leaves the table within {time.monotonic() - started:.2f} s")
+
+    def pause(seconds):
+        return server.http("POST", "/v1/classify", {"failure": {
+            "catalog": "http", "code": "503", "operation": "read", "attempt": 1, "dependency": "inventory",
+            "retry_after": str(seconds)}})["decision"]["hold"]
+    p = pause(30)
+    wait(d, "the pause's row", lambda: row(d, p["id"]), LIVE_WITHIN)
+    started = time.monotonic()
+    longer = pause(90)
+    assert longer["id"] == p["id"] and longer["until"] > p["until"], (p, longer)
+    until = f'tr[data-hold-id="{p["id"]}"] time[data-count="until"]'
+    wait(d, "the extended until", lambda: d.find_element(By.CSS_SELECTOR, until).get_attribute("datetime")
+         == longer["until"], LIVE_WITHIN)
+    check(f"an extended hold shows its new end within {time.monotonic() - started:.2f} s")
+    server.http("DELETE", f"/v1/holds/{p['id']}", token=TOKEN)
+    wait(d, "the pause's row goes", lambda: not row(d, p["id"]), LIVE_WITHIN)
 
     button = d.find_element(By.CSS_SELECTOR, f'tr[data-hold-id="{a}"] [data-action="release"]')
     button.send_keys(Keys.ENTER)  # by keyboard: focus and Enter
