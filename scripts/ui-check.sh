@@ -4,7 +4,8 @@
 # only browser reachable here: Playwright's and Selenium Manager's
 # downloads are not), and Selenium in a venv under target/ (kept, so a
 # second run downloads nothing) — then runs the check against the debug
-# binary `cargo test` built (or the one given with --binary).
+# binary `cargo test` built (or the one given with --binary). Recommended
+# packages are left out, so the one font chromium recommends is named.
 #
 #   scripts/ui-check.sh [--binary PATH] [--screenshot docs/ui-console.png]
 set -euo pipefail
@@ -15,10 +16,10 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
     echo "ui-check: needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver)" >&2
     exit 1
   fi
-  echo "ui-check: apt-get install chromium chromium-driver"
+  echo "ui-check: apt-get install chromium chromium-driver fonts-liberation"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null \
-    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null; }
+  apt-get install -y -q --no-install-recommends chromium chromium-driver fonts-liberation >/dev/null \
+    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium chromium-driver fonts-liberation >/dev/null; }
 fi
 chromium --version 2>/dev/null | head -n 1
 chromedriver --version | head -n 1
