@@ -4,7 +4,8 @@
 //! connection: 429 when full; the answer holds its ticket until it has been
 //! taken by the connection, like a gRPC answer), refuses a body that is not
 //! JSON (415), is over `--max-message-bytes` (413) or does not arrive within
-//! `--first-message-timeout` (408), turns a panic into a 500, and
+//! `--first-message-timeout` (408), refuses a POST or DELETE from a foreign
+//! page (403, see [`guard`](super::guard)), turns a panic into a 500, and
 //! counts every request in `http_server_requests_total{route,code}` and
 //! `http_server_request_duration_seconds{route}` (route: one of the
 //! templates of [`ROUTES`](super::routes::ROUTES) or `unknown`; code: the
@@ -25,6 +26,7 @@ use http_body_util::BodyExt as _;
 use tonic::Code;
 
 use super::error::ApiError;
+use super::guard::{check_json, check_origin};
 use super::routes::Door;
 use super::routes::{self, Call, methods_of, route_of};
 use crate::doors::answer::{Answer, Stalls};
@@ -54,6 +56,8 @@ pub struct HttpConfig {
 #[derive(Clone)]
 pub struct HttpDoor {
     inner: Arc<Inner>,
+    /// The route templates served, when not all of them (see [`HttpDoor::only`]).
+    only: Option<&'static [&'static str]>,
 }
 
 struct Inner {
@@ -99,6 +103,17 @@ impl HttpDoor {
                 ledger,
                 stalls,
             }),
+            only: None,
+        }
+    }
+
+    /// The same door answering only `routes` (templates of
+    /// [`ROUTES`](super::routes::ROUTES)); every other path is 404, as an
+    /// unknown one. The console's own listener serves the routes it uses.
+    pub fn only(&self, routes: &'static [&'static str]) -> HttpDoor {
+        HttpDoor {
+            inner: Arc::clone(&self.inner),
+            only: Some(routes),
         }
     }
 }
@@ -114,9 +129,10 @@ impl tower::Service<Request<Body>> for HttpDoor {
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let inner = Arc::clone(&self.inner);
+        let only = self.only;
         Box::pin(async move {
             let start = Instant::now();
-            let route = route_of(req.uri().path());
+            let route = route_of(req.uri().path()).filter(|r| only.is_none_or(|o| o.contains(r)));
             let origin = req.headers().get(header::ORIGIN).cloned();
             let mut response = match AssertUnwindSafe(inner.handle(route, req)).catch_unwind().await {
                 Ok(r) => r,
@@ -240,6 +256,7 @@ impl Inner {
         ticket: &mut Ticket,
     ) -> Result<Response<Body>, ApiError> {
         let (parts, body) = req.into_parts();
+        check_origin(&parts.method, &parts.uri, &parts.headers, &self.config.cors_origins)?;
         let body = if parts.method == Method::POST {
             check_json(&parts.headers)?;
             let read = self.read_body(&parts.headers, body, ticket);
@@ -333,20 +350,6 @@ fn shed(refusal: Refusal) -> ApiError {
     let delay = refusal.advice();
     let status = refusal.status(delay);
     ApiError::new(status.code(), status.message()).retry_after(delay)
-}
-
-/// 415 unless the request says its body is `application/json`.
-fn check_json(headers: &http::HeaderMap) -> Result<(), ApiError> {
-    let given = headers.get(header::CONTENT_TYPE);
-    let is_json = given
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
-    if is_json {
-        Ok(())
-    } else {
-        Err(ApiError::unsupported_media_type(given))
-    }
 }
 
 #[cfg(test)]

@@ -148,6 +148,17 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub http_cors_origin: Vec<String>,
+    /// Serve the operator console (`/ui/`, pages embedded in the binary
+    /// using the HTTP routes) on the HTTP/JSON door, or on `--ui-listen`;
+    /// `false`: no console.
+    #[arg(long, env = "RETRYD_UI", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub ui: bool,
+    /// Serve the console on its own address instead (e.g. a loopback one,
+    /// `127.0.0.1:8080`), with only the routes it uses (the holds, their
+    /// event stream and release, the budgets, explain, the catalogs, the
+    /// probes); port 0 picks a free port. TLS as on the gRPC port.
+    #[arg(long, env = "RETRYD_UI_LISTEN", value_name = "ADDR")]
+    pub ui_listen: Option<SocketAddr>,
     /// Fleet memory: where holds live and who manages them.
     #[command(flatten)]
     pub fleet: super::fleet::FleetArgs,

@@ -77,6 +77,10 @@ pub struct ServerConfig {
     pub tls: Option<ServerTls>,
     /// The HTTP/JSON door on the same port; `None`: gRPC only (`--http false`).
     pub http: Option<HttpConfig>,
+    /// The operator console (`--ui`): on the door, or on `ui_listen`.
+    pub ui: bool,
+    /// The console's own address (`--ui-listen`), instead of the door's port.
+    pub ui_listen: Option<SocketAddr>,
 }
 
 /// Server HTTP/2 PING interval on an idle connection, and how long the
@@ -118,6 +122,8 @@ impl ServerConfig {
                 first_message_timeout: args.first_message_timeout,
                 cors_origins: args.http_cors_origin.clone(),
             }),
+            ui: args.ui,
+            ui_listen: args.ui_listen,
         }
     }
 }
@@ -128,7 +134,7 @@ pub enum ServerError {
     /// A listener could not be bound.
     #[error("cannot listen on {addr} ({what}): {source}")]
     Bind {
-        /// Which listener: `grpc` or `metrics`.
+        /// Which listener: `grpc`, `metrics` or `ui`.
         what: &'static str,
         /// The address asked for.
         addr: SocketAddr,
@@ -167,6 +173,7 @@ pub struct BoundServer {
     grpc: TcpListener,
     grpc_addr: SocketAddr,
     metrics: Option<(TcpListener, SocketAddr)>,
+    console: Option<(TcpListener, SocketAddr)>,
     policy: PolicyHandle,
     config: ServerConfig,
     fleet: Option<(Arc<Fleet>, Operators)>,
@@ -218,11 +225,30 @@ impl BoundServer {
                 Some((listener, local))
             }
         };
+        let console = match (config.ui, config.ui_listen) {
+            (false, Some(_)) => {
+                return Err(ServerError::Config(
+                    "--ui-listen serves the console, which --ui false turns off: drop one of them".to_owned(),
+                ));
+            }
+            (true, Some(addr)) => {
+                let bind_err = |source| ServerError::Bind {
+                    what: "ui",
+                    addr,
+                    source,
+                };
+                let listener = bind_listener(addr).map_err(bind_err)?;
+                let local = listener.local_addr().map_err(bind_err)?;
+                Some((listener, local))
+            }
+            (_, None) => None,
+        };
         Ok(BoundServer {
             tls,
             grpc,
             grpc_addr,
             metrics,
+            console,
             policy,
             config,
             fleet: None,
@@ -233,6 +259,11 @@ impl BoundServer {
     /// The bound gRPC address (the real port when asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.grpc_addr
+    }
+
+    /// The console's own bound address (`--ui-listen`), if any.
+    pub fn console_addr(&self) -> Option<SocketAddr> {
+        self.console.as_ref().map(|(_, a)| *a)
     }
 
     /// The bound metrics address, if the endpoint is on.
@@ -254,6 +285,7 @@ impl BoundServer {
             grpc,
             grpc_addr,
             metrics,
+            console,
             policy,
             config,
             fleet,
@@ -295,6 +327,8 @@ impl BoundServer {
             },
         );
         let mut operators = Arc::new(Operators::default());
+        // The console's listener stops when the drain begins.
+        let mut console_drain = draining_seen.clone();
         if let Some((fleet, ops)) = fleet {
             service = service.with_fleet(fleet, draining_seen);
             operators = Arc::new(ops);
@@ -344,8 +378,16 @@ impl BoundServer {
         });
         let stalls = Stalls::new();
         // The door takes its tickets from the same ledger as gRPC calls, and
-        // its answers are watched for stalls like theirs.
-        let door = config.http.clone().map(|http| {
+        // its answers are watched for stalls like theirs. The console's own
+        // listener needs it even when the gRPC port serves no HTTP.
+        let door_config = config.http.clone().or_else(|| {
+            console.is_some().then(|| HttpConfig {
+                max_message_bytes: config.max_message_bytes,
+                first_message_timeout: config.first_message_timeout,
+                cors_origins: Vec::new(),
+            })
+        });
+        let door = door_config.map(|http| {
             HttpDoor::new(
                 service,
                 operators,
@@ -372,7 +414,7 @@ impl BoundServer {
             Some(_) => tracing::info!("listening on {grpc_addr} (TLS)"),
             None => tracing::info!("listening on {grpc_addr}"),
         }
-        if door.is_some() {
+        if config.http.is_some() {
             tracing::info!("HTTP/JSON on the same port: /v1/*, /healthz, /readyz (OpenAPI at /v1/openapi.json)");
         }
         // retryd's own accept loop: handshake deadline, per-caller limit,
@@ -402,28 +444,47 @@ impl BoundServer {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha);
         let mut router = routes.routes().into_axum_router();
-        if let Some(door) = door {
+        if let Some(door) = door.as_ref().filter(|_| config.http.is_some()) {
             // Routed by path: the door's paths (crate::http::is_http_path) here, gRPC's to tonic.
             router = router
                 .route_service("/v1/{*rest}", door.clone())
                 .route_service("/healthz", door.clone())
-                .route_service("/readyz", door);
+                .route_service("/readyz", door.clone());
+            let ui_here = config.ui && console.is_none();
+            router = crate::http::ui::route(router, ui_here);
+            if ui_here {
+                tracing::info!("operator console at /ui/ on the same port");
+            }
         }
-        let stack = tower::ServiceBuilder::new()
+        let layers = tower::ServiceBuilder::new()
             .layer(GrpcMetricsLayer::new(unary_in_flight.clone()))
             .layer(WireLayer)
             .layer(admission)
             .layer(MessageLimitLayer::new(config.max_message_bytes))
-            .layer(CatchPanicLayer)
-            .service(tonic::service::Routes::from(router).prepare());
+            .layer(CatchPanicLayer);
+        let keepalive = (HTTP2_KEEPALIVE_INTERVAL, HTTP2_KEEPALIVE_TIMEOUT);
+        // The console's own listener: the same connection rules, layers and
+        // TLS as the gRPC port, its pages and the routes it uses only.
+        let _console_task = console.zip(door).map(|((listener, addr), door)| {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            tracing::info!("operator console on {scheme}://{addr}/ui/ (its own listener)");
+            let serving = Serving {
+                builder: serve::builder(config.max_streams_per_connection, true, keepalive),
+                stack: layers
+                    .clone()
+                    .service(tonic::service::Routes::from(crate::http::ui::own_router(&door)).prepare()),
+                tls: tls.clone(),
+                registry: Arc::clone(&registry),
+            };
+            let incoming = accept::incoming(listener, Arc::clone(&registry), TCP_KEEPALIVE);
+            AbortOnDrop(tokio::spawn(serve::serve(incoming, serving, async move {
+                let _ = console_drain.wait_for(|draining| *draining).await;
+            })))
+        });
         let serving = Serving {
             // The HTTP/JSON door takes HTTP/1.1 too (gRPC stays HTTP/2).
-            builder: serve::builder(
-                config.max_streams_per_connection,
-                config.http.is_some(),
-                (HTTP2_KEEPALIVE_INTERVAL, HTTP2_KEEPALIVE_TIMEOUT),
-            ),
-            stack,
+            builder: serve::builder(config.max_streams_per_connection, config.http.is_some(), keepalive),
+            stack: layers.service(tonic::service::Routes::from(router).prepare()),
             tls,
             registry,
         };
