@@ -8,6 +8,20 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import protobuf from "protobufjs";
 import { PROTOS } from "./proto.generated.js";
+// Types generated from proto/ by proto-loader-gen-types (npm run build), with
+// the loader options service() uses: keepCase, longs Number, enums String.
+import type { RetryDecisionServiceClient } from "./gen/retryd/v1/RetryDecisionService.js";
+import type { AdmitRequest } from "./gen/retryd/v1/AdmitRequest.js";
+import type { AdmitResponse__Output } from "./gen/retryd/v1/AdmitResponse.js";
+import type { ClassifyRequest } from "./gen/retryd/v1/ClassifyRequest.js";
+import type { ClassifyResponse__Output } from "./gen/retryd/v1/ClassifyResponse.js";
+import type { ReportOutcomesRequest } from "./gen/retryd/v1/ReportOutcomesRequest.js";
+import type { ReportOutcomesResponse__Output } from "./gen/retryd/v1/ReportOutcomesResponse.js";
+import type { Failure as FailureMessage } from "./gen/retryd/v1/Failure.js";
+import type { Decision__Output } from "./gen/retryd/v1/Decision.js";
+import type { Hold__Output } from "./gen/retryd/v1/Hold.js";
+import type { Timestamp__Output } from "./gen/google/protobuf/Timestamp.js";
+export type { RetryDecisionServiceClient };
 
 export type Operation = "read" | "write";
 
@@ -30,7 +44,7 @@ export interface Hold {
 export interface Decision {
   verdict: "RETRY_WITH_LIMIT" | "STATE_VERIFICATION_REQUIRED" | "FIX_BEFORE_RETRY" | "DO_NOT_RETRY" | "ALREADY_APPLIED";
   reason: string; rule: string; requiredTransition: string; terminalState: string;
-  afterMs: number; maxAfterMs: number; hold?: Hold; raw?: unknown;
+  afterMs: number; maxAfterMs: number; hold?: Hold; raw?: Decision__Output;
 }
 
 export interface Event {
@@ -207,20 +221,20 @@ function service(): grpc.ServiceClientConstructor {
 }
 
 const ts = (d: Date) => ({ seconds: Math.floor(d.getTime() / 1000), nanos: (d.getTime() % 1000) * 1e6 });
-const fromTs = (t: any): Date | undefined => (t && (t.seconds || t.nanos) ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : undefined);
+const fromTs = (t: Timestamp__Output | null | undefined): Date | undefined => (t && (t.seconds || t.nanos) ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : undefined);
 const strip = (s: string, p: string) => (s?.startsWith(p) ? s.slice(p.length) : s ?? "");
 
-function toHold(h: any): Hold | undefined {
+function toHold(h: Hold__Output | null | undefined): Hold | undefined {
   if (!h?.id) return undefined;
   return { id: h.id, catalog: h.catalog, dependency: h.dependency, tenant: h.tenant, method: h.method,
     scope: strip(h.scope, "SCOPE_"), kind: strip(h.kind, "HOLD_KIND_"), until: fromTs(h.until), code: h.code, rule: h.rule, reason: h.reason };
 }
 
-function toDecision(d: any): Decision {
-  const r = d.retry ?? {};
+function toDecision(d: Decision__Output): Decision {
+  const r = d.retry;
   return { verdict: strip(d.verdict, "VERDICT_") as Decision["verdict"], reason: d.reason, rule: d.rule,
     requiredTransition: d.required_transition, terminalState: d.terminal_state,
-    afterMs: Number(r.after_ms ?? 0), maxAfterMs: Number(r.max_after_ms ?? 0), hold: toHold(d.hold), raw: d };
+    afterMs: Number(r?.after_ms ?? 0), maxAfterMs: Number(r?.max_after_ms ?? 0), hold: toHold(d.hold), raw: d };
 }
 
 /** The default Sleep: setTimeout, rejected with Cancelled when the signal aborts. */
@@ -232,7 +246,8 @@ export const sleep: Sleep = (ms, signal) => new Promise((resolve, reject) => {
 });
 
 export class Client {
-  readonly stub: any;
+  /** The generated, typed gRPC stub (every RPC of retryd.v1.RetryDecisionService). */
+  readonly stub: RetryDecisionServiceClient;
   fallbacks = 0;
   private o: Required<Omit<ClientOptions, "credentials" | "onEvent">> & Pick<ClientOptions, "onEvent">;
   private counts = new Map<string, { key: string[]; c: [number, number, number] }>();
@@ -243,7 +258,7 @@ export class Client {
     this.o = { catalog: "", dependency: "", tenant: "", locale: "", timeoutMs: 50, connectTimeoutMs: 1000, sleep,
       fallback: DEFAULT_FALLBACK, reportIntervalMs: 1000, ...opts } as any;
     const Ctor = service();
-    this.stub = new Ctor(address, opts.credentials ?? grpc.credentials.createInsecure());
+    this.stub = new Ctor(address, opts.credentials ?? grpc.credentials.createInsecure()) as unknown as RetryDecisionServiceClient;
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     this.ready = new Promise((resolve) => this.stub.waitForReady(Date.now() + this.o.connectTimeoutMs, () => resolve()));
     this.timer = setInterval(() => this.flush(), this.o.reportIntervalMs);
@@ -270,13 +285,26 @@ export class Client {
     const counts = [...this.counts.values()].slice(0, 1000).map(({ key, c }) => ({
       catalog: key[0], dependency: key[1], tenant: key[2], method: key[3], requests: c[0], successes: c[1], failures: c[2] }));
     this.counts.clear();
-    return this.rpc("ReportOutcomes", { counts }, 1000).then(() => undefined, () => undefined);
+    return this.report({ counts }, 1000).then(() => undefined, () => undefined);
   }
 
-  private rpc(name: string, req: unknown, timeoutMs: number): Promise<any> {
-    return new Promise((resolve, reject) => {
-      this.stub[name](req, { deadline: Date.now() + Math.max(1, timeoutMs) }, (err: unknown, resp: unknown) => (err ? reject(err) : resolve(resp)));
-    });
+  private static options(timeoutMs: number): grpc.CallOptions {
+    return { deadline: Date.now() + Math.max(1, timeoutMs) };
+  }
+
+  private admit(req: AdmitRequest, timeoutMs: number): Promise<AdmitResponse__Output> {
+    return new Promise((resolve, reject) =>
+      this.stub.Admit(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
+  }
+
+  private classify(req: ClassifyRequest, timeoutMs: number): Promise<ClassifyResponse__Output> {
+    return new Promise((resolve, reject) =>
+      this.stub.Classify(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
+  }
+
+  private report(req: ReportOutcomesRequest, timeoutMs: number): Promise<ReportOutcomesResponse__Output> {
+    return new Promise((resolve, reject) =>
+      this.stub.ReportOutcomes(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
   }
 
   private event(e: Event) {
@@ -303,9 +331,9 @@ export class Client {
       for (;;) {
         checkCancel();
         if (past(0)) throw new DeadlineExceeded("deadline passed before the attempt");
-        let resp: any;
+        let resp: AdmitResponse__Output;
         try {
-          resp = await this.rpc("Admit", { catalog: this.o.catalog, dependency: this.o.dependency, tenant: this.o.tenant,
+          resp = await this.admit({ catalog: this.o.catalog, dependency: this.o.dependency, tenant: this.o.tenant,
             method, operation: op, attempt }, rpcTimeout());
         } catch (err: any) {
           this.event({ kind: "fallback", attempt, detail: `Admit failed: ${err?.message ?? err}` });
@@ -326,7 +354,7 @@ export class Client {
       try {
         const v = await fn(signal);
         this.count(method, 1);
-        if (probe) await this.rpc("ReportOutcomes", { probe_token: probe, probe_succeeded: true }, this.o.timeoutMs).catch(() => undefined);
+        if (probe) await this.report({ probe_token: probe, probe_succeeded: true }, this.o.timeoutMs).catch(() => undefined);
         this.event({ kind: "success", attempt });
         return v;
       } catch (err) {
@@ -337,7 +365,7 @@ export class Client {
       // 3. Map the failure.
       const f = mapper(error);
       if (!f) { this.count(method, 2); throw error; }
-      const failure: any = {
+      const failure: FailureMessage & { read_back: string; idempotency_key_enforced: boolean } = {
         catalog: f.catalog || this.o.catalog, code: f.code ?? "", operation: op, method, attempt,
         retry_after: f.retryAfter ?? "", idempotency_key: opts.idempotencyKey ?? "",
         idempotency_key_enforced: !!opts.idempotencyKeyEnforced, request_id: f.requestId ?? "",
@@ -351,9 +379,9 @@ export class Client {
       let readBackValue: T | undefined;
       let waitMs = 0;
       for (;;) {
-        let resp: any;
+        let resp: ClassifyResponse__Output;
         try {
-          resp = await this.rpc("Classify", { failure, locale: this.o.locale }, rpcTimeout());
+          resp = await this.classify({ failure, locale: this.o.locale }, rpcTimeout());
         } catch (err: any) {
           checkCancel();
           if (past(0)) throw new DeadlineExceeded("the deadline passed while asking retryd", undefined, error);
@@ -370,6 +398,7 @@ export class Client {
           this.event({ kind: "fallback", attempt, detail, waitMs });
           break;
         }
+        if (!resp.decision) throw new Error("retryd answered Classify without a decision");
         const d = toDecision(resp.decision);
         this.event({ kind: "decision", attempt, decision: d });
         if (d.verdict === "ALREADY_APPLIED") return readBackValue as T;

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	retryd "github.com/retryd/retryd/clients/go"
-	pb "github.com/retryd/retryd/examples/go/retrydv1"
+	pb "github.com/retryd/retryd/clients/go/retrydv1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
