@@ -23,6 +23,7 @@ from .errors import (
     Hold,
     Inconclusive,
     RetrydUnavailable,
+    rejection,
     refusal,
 )
 from .v1 import retryd_pb2 as pb
@@ -147,6 +148,8 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                                   tenant=o.tenant or "", method=o.method or "", operation=op,
                                   attempt=attempt)
             status, resp = yield ("admit", req)
+            if status == "rejected":
+                raise rejection(resp[0], resp[1])
             if status != "ok":
                 yield ("event", Event("fallback", attempt, detail=f"Admit failed: {resp}"))
                 break
@@ -195,6 +198,10 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                 getattr(failure, k).CopyFrom(ts)
             elif k == "operation":
                 failure.operation = _op(v)
+            elif k == "upstream":
+                # the dependency's own retry contract, e.g. {"retryable": False}
+                for uk, uv in v.items():
+                    setattr(failure.upstream, uk, uv)
             else:
                 setattr(failure, k, v)
         if o.deadline_wall is not None:
@@ -204,6 +211,8 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
         read_back_value: Any = None
         while True:
             status, resp = yield ("classify", pb.ClassifyRequest(failure=failure, locale=o.locale or ""))
+            if status == "rejected":
+                raise rejection(resp[0], resp[1], exc) from exc
             if status != "ok":
                 if o.deadline_mono is not None and time.monotonic() >= o.deadline_mono:
                     raise DeadlineExceeded("the deadline passed while asking retryd", None, exc)
