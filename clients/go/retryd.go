@@ -15,15 +15,18 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	pb "github.com/retryd/retryd/clients/go/retrydv1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -328,6 +331,9 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 				if ctx.Err() != nil {
 					return zero, ctx.Err()
 				}
+				if rej := rejectionOf(err, nil); rej != nil {
+					return zero, rej
+				}
 				c.event(Event{Kind: "fallback", Attempt: attempt, Detail: "Admit failed: " + err.Error()})
 				break
 			}
@@ -391,6 +397,9 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 			if rerr != nil {
 				if ctx.Err() != nil {
 					return zero, ctx.Err()
+				}
+				if rej := rejectionOf(rerr, err); rej != nil {
+					return zero, rej
 				}
 				w, ok := c.fallbackWait(failure, attempt)
 				c.event(Event{Kind: "fallback", Attempt: attempt, Wait: w, Detail: "Classify failed: " + rerr.Error()})
@@ -499,6 +508,43 @@ func (e *RefusedError) Error() string {
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
+
+// RejectedError is Do's error when retryd refuses the request itself
+// (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED): a mistake in the
+// client's configuration or in what a mapper sent, not an outage, so no
+// fallback runs. Field is the field retryd named ("failure.catalog"); Unwrap
+// gives the dependency's error, when there was one.
+type RejectedError struct {
+	Code    codes.Code
+	Field   string
+	Message string
+	Err     error
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("retryd rejected the request (%s): %s", grpcNames[e.Code], e.Message)
+}
+
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// rejectionOf: retryd's status says the request is wrong (nil otherwise).
+// retryd's messages start with the field they are about ("failure.catalog: …").
+func rejectionOf(rpcErr, depErr error) *RejectedError {
+	st, ok := status.FromError(rpcErr)
+	if !ok {
+		return nil
+	}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied:
+	default:
+		return nil
+	}
+	field := ""
+	if head, _, found := strings.Cut(st.Message(), ":"); found && head != "" && !strings.ContainsAny(head, " \t") {
+		field = head
+	}
+	return &RejectedError{Code: st.Code(), Field: field, Message: st.Message(), Err: depErr}
+}
 
 // Decision is retryd's answer for one failure.
 type Decision struct {
