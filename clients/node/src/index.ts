@@ -33,6 +33,9 @@ export interface FailureFields {
   retryAfterMs?: number;
   requestId?: string;
   quotaResetsAt?: Date;
+  /** The dependency itself said "do not retry" (e.g. a negative, unparsable or conflicting
+   * grpc-retry-pushback-ms): sent as its retry contract, Failure.upstream retryable false. */
+  noRetry?: boolean;
 }
 
 export interface Hold {
@@ -104,6 +107,27 @@ export class DeadlineExceeded extends RetryRefused {}
 export class RetrydUnavailable extends RetryRefused {}
 export class Cancelled extends Error {}
 
+/** retryd refused the request itself (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED): a mistake in the
+ * client's configuration or in what a mapper sent, not an outage, so no fallback runs. `field` is the
+ * field retryd named ("failure.catalog"), `cause` the dependency's error when there was one. */
+export class Rejected extends Error {
+  constructor(public code: string, public field: string, public details: string, public cause?: unknown) {
+    super(`retryd rejected the request (${code}): ${details}`);
+  }
+}
+
+const REJECTION_CODES = new Set([grpc.status.INVALID_ARGUMENT, grpc.status.NOT_FOUND, grpc.status.PERMISSION_DENIED]);
+
+/** retryd's status says the request is wrong (undefined otherwise); its messages start with the field. */
+function rejectionOf(rpcErr: unknown, cause?: unknown): Rejected | undefined {
+  const e = rpcErr as { code?: number; details?: string };
+  if (typeof e?.code !== "number" || !REJECTION_CODES.has(e.code)) return undefined;
+  const details = e.details ?? "";
+  const i = details.indexOf(":");
+  const head = i > 0 ? details.slice(0, i).trim() : "";
+  return new Rejected(GRPC_NAMES[e.code] ?? String(e.code), head && !/\s/.test(head) ? head : "", details, cause);
+}
+
 function header(headers: unknown, name: string): string | undefined {
   if (!headers) return undefined;
   const h = headers as { get?: (n: string) => string | null };
@@ -133,18 +157,35 @@ export function fromEnvelope(body: unknown, headers?: unknown): FailureFields {
 
 const GRPC_NAMES = Object.fromEntries(Object.entries(grpc.status).filter(([, v]) => typeof v === "number").map(([k, v]) => [v, k]));
 
-/** A grpc-js ServiceError: its status name (catalog "grpc"), RetryInfo or grpc-retry-pushback-ms as retryAfterMs. */
+/** The grpc-retry-pushback-ms values of one response, read as gRFC A6 does: one value, or the same
+ * value repeated, is a delay; a negative, unparsable or too large value (past 2^53 ms, beyond any
+ * catalog's cap), or values that disagree, mean "do not retry". */
+export function pushback(values: Array<string | Buffer>): { ms?: number; doNotRetry: boolean } {
+  let got: bigint | undefined;
+  for (const raw of values) {
+    const v = String(raw).trim();
+    if (!/^[0-9]+$/.test(v)) return { doNotRetry: true };
+    const n = BigInt(v);
+    if (n > BigInt(Number.MAX_SAFE_INTEGER) || (got !== undefined && got !== n)) return { doNotRetry: true };
+    got = n;
+  }
+  return got === undefined ? { doNotRetry: false } : { ms: Number(got), doNotRetry: false };
+}
+
+/** A grpc-js ServiceError: its status name (catalog "grpc"), RetryInfo or grpc-retry-pushback-ms as retryAfterMs
+ * (a pushback that says "do not retry" as noRetry). */
 export function fromGrpc(err: unknown): FailureFields | undefined {
   const e = err as { code?: unknown; metadata?: grpc.Metadata };
   if (typeof e?.code !== "number" || !(e.metadata instanceof grpc.Metadata)) return undefined;
   const out: FailureFields = { catalog: "grpc", code: GRPC_NAMES[e.code] ?? String(e.code) };
-  const pushback = e.metadata.get("grpc-retry-pushback-ms")[0];
-  if (pushback !== undefined && /^\d+$/.test(String(pushback))) out.retryAfterMs = Number(pushback);
   const bin = e.metadata.get("grpc-status-details-bin")[0];
   if (bin instanceof Buffer) {
     const ms = retryInfoMs(bin);
     if (ms !== undefined) out.retryAfterMs = ms;
   }
+  const p = pushback(e.metadata.get("grpc-retry-pushback-ms"));
+  if (p.doNotRetry) { out.noRetry = true; delete out.retryAfterMs; }
+  else if (p.ms !== undefined) out.retryAfterMs = Math.max(out.retryAfterMs ?? 0, p.ms);
   return out;
 }
 
@@ -336,6 +377,8 @@ export class Client {
           resp = await this.admit({ catalog: this.o.catalog, dependency: this.o.dependency, tenant: this.o.tenant,
             method, operation: op, attempt }, rpcTimeout());
         } catch (err: any) {
+          const rejected = rejectionOf(err);
+          if (rejected) throw rejected;
           this.event({ kind: "fallback", attempt, detail: `Admit failed: ${err?.message ?? err}` });
           break;
         }
@@ -373,6 +416,7 @@ export class Client {
       };
       if (f.retryAfterMs !== undefined) failure.retry_after_ms = f.retryAfterMs;
       if (f.quotaResetsAt) failure.quota_resets_at = ts(f.quotaResetsAt);
+      if (f.noRetry) failure.upstream = { retryable: false };
       if (deadline !== undefined) failure.deadline = ts(new Date(deadline));
 
       // 4. Classify and act; a read-back's answer goes in a second Classify.
@@ -384,6 +428,8 @@ export class Client {
           resp = await this.classify({ failure, locale: this.o.locale }, rpcTimeout());
         } catch (err: any) {
           checkCancel();
+          const rejected = rejectionOf(err, error);
+          if (rejected) throw rejected;
           if (past(0)) throw new DeadlineExceeded("the deadline passed while asking retryd", undefined, error);
           const may = op === "OPERATION_KIND_READ" || failure.idempotency_key_enforced;
           const detail = `Classify failed: ${err?.message ?? err}`;
