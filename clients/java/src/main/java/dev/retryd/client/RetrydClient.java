@@ -243,6 +243,10 @@ public final class RetrydClient implements AutoCloseable {
               .setCatalog(o.catalog).setDependency(o.dependency).setTenant(o.tenant).setMethod(call.method)
               .setOperation(call.operation).setAttempt(attempt).build());
         } catch (StatusRuntimeException e) {
+          RejectedException rejected = RejectedException.of(e, null);
+          if (rejected != null) {
+            throw rejected;
+          }
           event(new Event("fallback", attempt, null, Duration.ZERO, "Admit failed: " + e.getStatus()));
           break;
         }
@@ -305,6 +309,9 @@ public final class RetrydClient implements AutoCloseable {
       if (f.quotaResetsAt() != null) {
         failure.setQuotaResetsAt(ts(f.quotaResetsAt()));
       }
+      if (f.noRetry()) {
+        failure.setUpstream(dev.retryd.v1.RetryContract.newBuilder().setRetryable(false));
+      }
       if (deadline != null) {
         failure.setDeadline(ts(deadline));
       }
@@ -318,6 +325,10 @@ public final class RetrydClient implements AutoCloseable {
           raw = stub.withDeadlineAfter(rpcMillis(deadline), TimeUnit.MILLISECONDS)
               .classify(ClassifyRequest.newBuilder().setFailure(failure).setLocale(o.locale).build()).getDecision();
         } catch (StatusRuntimeException e) {
+          RejectedException rejected = RejectedException.of(e, error);
+          if (rejected != null) {
+            throw rejected;
+          }
           if (deadline != null && !Instant.now().isBefore(deadline)) {
             throw new RetryRefusedException(RetryRefusedException.Kind.DEADLINE, "the deadline passed while asking retryd", null, null, error);
           }
