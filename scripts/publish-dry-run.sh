@@ -69,7 +69,9 @@ node_part() {
 rust_part() {
   cargo package -p retryd-client --allow-dirty --no-verify --quiet || return 1
   local crate="$target_dir/package/retryd-client-0.1.0.crate"
-  tar -tzf "$crate" | grep -qx 'retryd-client-0.1.0/proto/retryd/v1/retryd.proto' \
+  # (listed to a file: grep -q closing the pipe early would fail tar under pipefail)
+  tar -tzf "$crate" >"$work/crate.list" || return 1
+  grep -qx 'retryd-client-0.1.0/proto/retryd/v1/retryd.proto' "$work/crate.list" \
     || { echo "cargo package: the crate does not carry proto/retryd/v1/retryd.proto"; return 1; }
   tar -xzf "$crate" -C "$work" || return 1
   # Alone: outside the workspace, with the lockfile cargo package wrote, and
