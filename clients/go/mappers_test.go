@@ -62,3 +62,10 @@ func TestPushback(t *testing.T) {
 		t.Fatalf("negative pushback: %+v", f)
 	}
 }
+
+func TestRefusedReasonString(t *testing.T) {
+	got := fmt.Sprint(RefusedVerdict, " ", RefusedHeld, " ", RefusedDeadline, " ", RefusedFallback, " ", RefusedReason(9))
+	if got != "verdict held deadline_exceeded fallback RefusedReason(9)" {
+		t.Fatal(got)
+	}
+}

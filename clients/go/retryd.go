@@ -484,6 +484,21 @@ const (
 	RefusedFallback
 )
 
+// String gives the reason in the CLI's and HTTP's words (it printed 0 before).
+func (r RefusedReason) String() string {
+	switch r {
+	case RefusedVerdict:
+		return "verdict"
+	case RefusedHeld:
+		return "held"
+	case RefusedDeadline:
+		return "deadline_exceeded"
+	case RefusedFallback:
+		return "fallback"
+	}
+	return fmt.Sprintf("RefusedReason(%d)", int(r))
+}
+
 // RefusedError is Do's error when the loop stops: the whole Decision (or
 // the client's own for a fallback), the Hold when held, and the dependency's
 // last error (Unwrap).
