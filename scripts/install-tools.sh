@@ -111,7 +111,7 @@ _retryd_install_tools() {
   fi
   echo "install-tools: pip install ./clients/python (-c clients/python/constraints.txt) into clients/python/.venv"
   timeout 900 "$cvenv/bin/python" -m pip install -q --disable-pip-version-check \
-    -c "$root/clients/python/constraints.txt" grpcio protobuf googleapis-common-protos setuptools build twine
+    -c "$root/clients/python/constraints.txt" grpcio protobuf googleapis-common-protos setuptools build twine tenacity
   # --no-build-isolation: build with the pinned setuptools just installed;
   # the copy installed is what `pip install ./clients/python` gives a user.
   (cd "$root/clients/python" && timeout 900 "$cvenv/bin/python" -m pip install -q --disable-pip-version-check \

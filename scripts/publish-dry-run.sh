@@ -48,11 +48,11 @@ python_part() {
   for end in lowest newest; do
     python3 -m venv "$work/py-$end" || return 1
     if [[ "$end" == lowest ]]; then
-      "$work/py-$end/bin/pip" install -q --disable-pip-version-check -c clients/python/constraints-lowest.txt "$wheel"
+      "$work/py-$end/bin/pip" install -q --disable-pip-version-check -c clients/python/constraints-lowest.txt "$wheel[tenacity]"
     else
-      "$work/py-$end/bin/pip" install -q --disable-pip-version-check --upgrade "$wheel"
+      "$work/py-$end/bin/pip" install -q --disable-pip-version-check --upgrade "$wheel[tenacity]"
     fi || return 1
-    echo "python ($end): $("$work/py-$end/bin/pip" freeze --disable-pip-version-check | grep -iE '^(grpcio|protobuf|googleapis-common-protos|retryd-client)' | tr '\n' ' ')"
+    echo "python ($end): $("$work/py-$end/bin/pip" freeze --disable-pip-version-check | grep -iE '^(grpcio|protobuf|googleapis-common-protos|tenacity|retryd-client)' | tr '\n' ' ')"
     py_runs "$work/py-$end/bin/python" || return 1
   done
 }
