@@ -85,7 +85,7 @@ java_part() {
   for jar in retryd-client-0.1.0.jar retryd-client-0.1.0-sources.jar retryd-client-0.1.0-javadoc.jar; do
     [[ -s "clients/java/target/$jar" ]] || { echo "mvn -P release verify: no $jar"; return 1; }
   done
-  unzip -l clients/java/target/retryd-client-0.1.0.jar | grep -q 'META-INF/LICENSE' \
+  python3 -m zipfile -l clients/java/target/retryd-client-0.1.0.jar >"$work/jar.list" && grep -q 'META-INF/LICENSE' "$work/jar.list" \
     || { echo "the jar has no META-INF/LICENSE"; return 1; }
   # What Maven Central refuses a pom without.
   local tag
