@@ -60,7 +60,7 @@ python_part() {
 node_part() {
   (cd clients/node && npm run --silent build && npm pack --dry-run --json --ignore-scripts >"$work/pack.json" \
     && node -e 'const p = require(process.argv[1])[0]; const f = p.files.map((x) => x.path);
-      for (const want of ["LICENSE", "dist/esm/index.js", "dist/esm/index.d.ts", "dist/cjs/index.js", "dist/esm/gen/retryd/v1/RetryDecisionService.d.ts"])
+      for (const want of ["LICENSE", "dist/esm/index.js", "dist/esm/index.d.ts", "dist/cjs/index.js", "dist/esm/gen/retryd/v1/RetryDecisionService.d.ts", "dist/esm/cockatiel.js", "dist/cjs/cockatiel.js"])
         if (!f.includes(want)) { console.error("npm pack: missing " + want); process.exit(1); }
       console.log(`npm pack: ${p.name}@${p.version}, ${p.entryCount} files, ${p.size} bytes`);' "$work/pack.json" \
     && node_modules/.bin/publint --strict --pack false)

@@ -118,8 +118,9 @@ export class Rejected extends Error {
 
 const REJECTION_CODES = new Set([grpc.status.INVALID_ARGUMENT, grpc.status.NOT_FOUND, grpc.status.PERMISSION_DENIED]);
 
-/** retryd's status says the request is wrong (undefined otherwise); its messages start with the field. */
-function rejectionOf(rpcErr: unknown, cause?: unknown): Rejected | undefined {
+/** retryd's status says the request is wrong (undefined otherwise); its messages start with the field.
+ * @internal shared with ./cockatiel */
+export function rejectionOf(rpcErr: unknown, cause?: unknown): Rejected | undefined {
   const e = rpcErr as { code?: number; details?: string };
   if (typeof e?.code !== "number" || !REJECTION_CODES.has(e.code)) return undefined;
   const details = e.details ?? "";
@@ -304,6 +305,12 @@ export class Client {
     this.ready = new Promise((resolve) => this.stub.waitForReady(Date.now() + this.o.connectTimeoutMs, () => resolve()));
     this.timer = setInterval(() => this.flush(), this.o.reportIntervalMs);
     this.timer.unref();
+  }
+
+  /** The settings the adapters (./cockatiel) build their requests from. */
+  get settings(): Readonly<{ catalog: string; dependency: string; tenant: string; locale: string; timeoutMs: number; fallback: Fallback }> {
+    const { catalog, dependency, tenant, locale, timeoutMs, fallback } = this.o;
+    return { catalog, dependency, tenant, locale, timeoutMs, fallback };
   }
 
   /** Sends the outcome counts not yet reported and closes the channel. */
