@@ -242,6 +242,31 @@ func (c *Client) event(e Event) {
 	}
 }
 
+// Settings are what the adapters (package failsafe) build their requests from.
+type Settings struct {
+	Catalog, Dependency, Tenant, Locale string
+	Timeout                             time.Duration
+	Fallback                            Fallback
+}
+
+// Settings returns the client's catalog, dependency, tenant, locale, per-RPC timeout and fallback.
+func (c *Client) Settings() Settings {
+	return Settings{Catalog: c.o.catalog, Dependency: c.o.dependency, Tenant: c.o.tenant, Locale: c.o.locale,
+		Timeout: c.o.timeout, Fallback: c.o.fallback}
+}
+
+// FailureProto is retryd's Failure for a mapper's Failure, as Do sends it (for adapters).
+func (c *Client) FailureProto(f *Failure, call Call[any], attempt int) *pb.Failure {
+	return f.proto(c, call.Method, call.IdempotencyKey, call.IdempotencyKeyEnforced, call.Operation.pb(), attempt, "")
+}
+
+// AsRejection is the RejectedError for retryd's answer rpcErr when it says
+// the request is wrong (nil otherwise), chaining the dependency's depErr.
+func AsRejection(rpcErr, depErr error) *RejectedError { return rejectionOf(rpcErr, depErr) }
+
+// PB is the proto value of the operation.
+func (o Operation) PB() pb.OperationKind { return o.pb() }
+
 func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.o.timeout)
 }
