@@ -282,6 +282,10 @@ public final class Conformance {
       }
       pool.shutdown();
       System.out.printf("conformance java: %d passed, %d failed (%.1f s)%n", files.size() - failed, failed, (System.nanoTime() - t0) / 1e9);
+      List<String> adapters = AdapterChecks.run(addr);
+      for (String b : adapters) System.out.println("adapters java: FAIL " + b);
+      System.out.println("adapters java (resilience4j, callAsync): " + (adapters.isEmpty() ? "passed" : "FAILED"));
+      failed += adapters.size();
     } finally {
       server.destroy();
       server.waitFor(10, TimeUnit.SECONDS);
