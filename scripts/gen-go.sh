@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates the Go example's stubs (examples/go/retrydv1/*.pb.go) from
+# Regenerates the Go stubs (examples/go/retrydv1, clients/go/retrydv1) from
 # proto/retryd/v1/retryd.proto with the pinned buf and protoc-gen-go(-grpc).
 #
-#   scripts/gen-go.sh           # rewrite examples/go/retrydv1
+#   scripts/gen-go.sh           # rewrite examples/go/retrydv1 and clients/go/retrydv1
 #   scripts/gen-go.sh --check   # exit 1 if the committed stubs are not current
 #
 # Needs scripts/install-tools.sh to have run.
@@ -28,24 +28,28 @@ for entry in "${GO_TOOLS[@]}"; do
   fi
 done
 
-out="$root/examples/go"
-if ((check)); then
-  out="$(mktemp -d)"
-  trap 'rm -rf "$out"' EXIT
-fi
-cd "$root"
-timeout 120 "$root/scripts/buf.sh" generate proto \
-  --path proto/retryd/v1/retryd.proto \
-  --template examples/go/buf.gen.yaml \
-  -o "$out"
-
-if ((check)); then
-  if diff -ru "$root/examples/go/retrydv1" "$out/retrydv1"; then
-    echo "gen-go: examples/go/retrydv1 is current"
-  else
-    echo "gen-go: examples/go/retrydv1 is stale; run scripts/gen-go.sh" >&2
-    exit 1
+# Two copies from one proto: the Go example's module and the Go client's own
+# (clients/go must build with no replace, so it cannot import the example's).
+status=0
+for dest in examples/go clients/go; do
+  out="$root/$dest"
+  if ((check)); then
+    out="$(mktemp -d)"
   fi
-else
-  echo "gen-go: wrote examples/go/retrydv1"
-fi
+  (cd "$root" && timeout 120 "$root/scripts/buf.sh" generate proto \
+    --path proto/retryd/v1/retryd.proto \
+    --template "$dest/buf.gen.yaml" \
+    -o "$out")
+  if ((check)); then
+    if diff -ru "$root/$dest/retrydv1" "$out/retrydv1"; then
+      echo "gen-go: $dest/retrydv1 is current"
+    else
+      echo "gen-go: $dest/retrydv1 is stale; run scripts/gen-go.sh" >&2
+      status=1
+    fi
+    rm -rf "$out"
+  else
+    echo "gen-go: wrote $dest/retrydv1"
+  fi
+done
+exit "$status"

@@ -14,7 +14,8 @@
 #   - examples/node/node_modules (npm ci)
 #   - scripts/tools/node_modules: @bufbuild/buf (npm ci); run it as scripts/buf.sh
 #   - the Go example's modules (go mod download)
-#   - clients/python/.venv with clients/python/constraints.txt and the
+#   - clients/python/.venv with clients/python/constraints.txt (build and twine
+#     for scripts/publish-dry-run.sh too) and the
 #     retryd package itself (pip install ./clients/python)
 #   - clients/go's modules (go mod download)
 #   - clients/node/node_modules (npm ci; the package is built by clients/conformance/run.sh)
@@ -110,7 +111,7 @@ _retryd_install_tools() {
   fi
   echo "install-tools: pip install ./clients/python (-c clients/python/constraints.txt) into clients/python/.venv"
   timeout 900 "$cvenv/bin/python" -m pip install -q --disable-pip-version-check \
-    -c "$root/clients/python/constraints.txt" grpcio protobuf googleapis-common-protos setuptools
+    -c "$root/clients/python/constraints.txt" grpcio protobuf googleapis-common-protos setuptools build twine tenacity
   # --no-build-isolation: build with the pinned setuptools just installed;
   # the copy installed is what `pip install ./clients/python` gives a user.
   (cd "$root/clients/python" && timeout 900 "$cvenv/bin/python" -m pip install -q --disable-pip-version-check \

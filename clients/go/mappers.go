@@ -5,11 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
-	pb "github.com/retryd/retryd/examples/go/retrydv1"
+	pb "github.com/retryd/retryd/clients/go/retrydv1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -23,6 +25,10 @@ type Failure struct {
 	RetryAfterMs  *uint64 // an already parsed delay (RetryInfo, pushback)
 	RequestID     string
 	QuotaResetsAt time.Time
+	// NoRetry: the dependency itself said "do not retry" (e.g. a negative,
+	// unparsable or conflicting grpc-retry-pushback-ms); sent as the
+	// dependency's retry contract, Failure.upstream retryable false.
+	NoRetry bool
 }
 
 func (f *Failure) proto(c *Client, method, key string, enforced bool, op pb.OperationKind, attempt int, probe string) *pb.Failure {
@@ -33,6 +39,9 @@ func (f *Failure) proto(c *Client, method, key string, enforced bool, op pb.Oper
 	out := &pb.Failure{Catalog: catalog, Code: f.Code, Operation: op, Method: method, Attempt: uint32(attempt),
 		RetryAfter: f.RetryAfter, RetryAfterMs: f.RetryAfterMs, IdempotencyKey: key, IdempotencyKeyEnforced: enforced,
 		RequestId: f.RequestID, Tenant: c.o.tenant, Dependency: c.o.dependency, ProbeToken: probe}
+	if f.NoRetry {
+		out.Upstream = &pb.RetryContract{Retryable: false}
+	}
 	if !f.QuotaResetsAt.IsZero() {
 		out.QuotaResetsAt = timestamppb.New(f.QuotaResetsAt)
 	}
@@ -80,8 +89,48 @@ func DefaultMapper(err error) *Failure {
 	return FromGRPC(err)
 }
 
+// TrailerError carries a failed gRPC call's trailer with its error, so that
+// FromGRPC can read grpc-retry-pushback-ms (grpc-go hands the trailer out
+// apart from the error: grpc.Trailer(&md)). Wrap with WithTrailer.
+type TrailerError struct {
+	Err     error
+	Trailer metadata.MD
+}
+
+func (e *TrailerError) Error() string { return e.Err.Error() }
+func (e *TrailerError) Unwrap() error { return e.Err }
+
+// WithTrailer wraps a gRPC error with the call's trailer (nil err: nil).
+func WithTrailer(err error, trailer metadata.MD) error {
+	if err == nil {
+		return nil
+	}
+	return &TrailerError{Err: err, Trailer: trailer}
+}
+
+// Pushback reads the grpc-retry-pushback-ms values of one response as gRFC
+// A6 does: one value, or the same value repeated, is a delay (ms, false);
+// a negative, unparsable or too large value, or values that disagree, mean
+// "do not retry" (0, true); none: (0, false) and no delay.
+func Pushback(values []string) (ms *uint64, doNotRetry bool) {
+	var got *uint64
+	for _, v := range values {
+		v = strings.TrimSpace(v)
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || v == "" || v[0] == '+' {
+			return nil, true
+		}
+		if got != nil && *got != n {
+			return nil, true
+		}
+		got = &n
+	}
+	return got, false
+}
+
 // FromGRPC maps a gRPC status error: its code name (catalog "grpc") and
-// google.rpc.RetryInfo as RetryAfterMs; nil when err carries no status.
+// google.rpc.RetryInfo as RetryAfterMs; with a trailer (WithTrailer),
+// grpc-retry-pushback-ms too, by Pushback. nil when err carries no status.
 func FromGRPC(err error) *Failure {
 	st, ok := status.FromError(err)
 	if !ok || err == nil {
@@ -93,6 +142,16 @@ func FromGRPC(err error) *Failure {
 		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
 			ms := uint64(ri.RetryDelay.AsDuration() / time.Millisecond)
 			f.RetryAfterMs = &ms
+		}
+	}
+	var te *TrailerError
+	if errors.As(err, &te) {
+		ms, refuse := Pushback(te.Trailer.Get("grpc-retry-pushback-ms"))
+		switch {
+		case refuse:
+			f.NoRetry, f.RetryAfterMs = true, nil
+		case ms != nil && (f.RetryAfterMs == nil || *ms > *f.RetryAfterMs):
+			f.RetryAfterMs = ms
 		}
 	}
 	return f

@@ -15,15 +15,18 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	pb "github.com/retryd/retryd/examples/go/retrydv1"
+	pb "github.com/retryd/retryd/clients/go/retrydv1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -239,6 +242,31 @@ func (c *Client) event(e Event) {
 	}
 }
 
+// Settings are what the adapters (package failsafe) build their requests from.
+type Settings struct {
+	Catalog, Dependency, Tenant, Locale string
+	Timeout                             time.Duration
+	Fallback                            Fallback
+}
+
+// Settings returns the client's catalog, dependency, tenant, locale, per-RPC timeout and fallback.
+func (c *Client) Settings() Settings {
+	return Settings{Catalog: c.o.catalog, Dependency: c.o.dependency, Tenant: c.o.tenant, Locale: c.o.locale,
+		Timeout: c.o.timeout, Fallback: c.o.fallback}
+}
+
+// FailureProto is retryd's Failure for a mapper's Failure, as Do sends it (for adapters).
+func (c *Client) FailureProto(f *Failure, call Call[any], attempt int) *pb.Failure {
+	return f.proto(c, call.Method, call.IdempotencyKey, call.IdempotencyKeyEnforced, call.Operation.pb(), attempt, "")
+}
+
+// AsRejection is the RejectedError for retryd's answer rpcErr when it says
+// the request is wrong (nil otherwise), chaining the dependency's depErr.
+func AsRejection(rpcErr, depErr error) *RejectedError { return rejectionOf(rpcErr, depErr) }
+
+// PB is the proto value of the operation.
+func (o Operation) PB() pb.OperationKind { return o.pb() }
+
 func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.o.timeout)
 }
@@ -328,6 +356,9 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 				if ctx.Err() != nil {
 					return zero, ctx.Err()
 				}
+				if rej := rejectionOf(err, nil); rej != nil {
+					return zero, rej
+				}
 				c.event(Event{Kind: "fallback", Attempt: attempt, Detail: "Admit failed: " + err.Error()})
 				break
 			}
@@ -391,6 +422,9 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 			if rerr != nil {
 				if ctx.Err() != nil {
 					return zero, ctx.Err()
+				}
+				if rej := rejectionOf(rerr, err); rej != nil {
+					return zero, rej
 				}
 				w, ok := c.fallbackWait(failure, attempt)
 				c.event(Event{Kind: "fallback", Attempt: attempt, Wait: w, Detail: "Classify failed: " + rerr.Error()})
@@ -475,6 +509,21 @@ const (
 	RefusedFallback
 )
 
+// String gives the reason in the CLI's and HTTP's words (it printed 0 before).
+func (r RefusedReason) String() string {
+	switch r {
+	case RefusedVerdict:
+		return "verdict"
+	case RefusedHeld:
+		return "held"
+	case RefusedDeadline:
+		return "deadline_exceeded"
+	case RefusedFallback:
+		return "fallback"
+	}
+	return fmt.Sprintf("RefusedReason(%d)", int(r))
+}
+
 // RefusedError is Do's error when the loop stops: the whole Decision (or
 // the client's own for a fallback), the Hold when held, and the dependency's
 // last error (Unwrap).
@@ -499,6 +548,43 @@ func (e *RefusedError) Error() string {
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
+
+// RejectedError is Do's error when retryd refuses the request itself
+// (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED): a mistake in the
+// client's configuration or in what a mapper sent, not an outage, so no
+// fallback runs. Field is the field retryd named ("failure.catalog"); Unwrap
+// gives the dependency's error, when there was one.
+type RejectedError struct {
+	Code    codes.Code
+	Field   string
+	Message string
+	Err     error
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("retryd rejected the request (%s): %s", grpcNames[e.Code], e.Message)
+}
+
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// rejectionOf: retryd's status says the request is wrong (nil otherwise).
+// retryd's messages start with the field they are about ("failure.catalog: …").
+func rejectionOf(rpcErr, depErr error) *RejectedError {
+	st, ok := status.FromError(rpcErr)
+	if !ok {
+		return nil
+	}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied:
+	default:
+		return nil
+	}
+	field := ""
+	if head, _, found := strings.Cut(st.Message(), ":"); found && head != "" && !strings.ContainsAny(head, " \t") {
+		field = head
+	}
+	return &RejectedError{Code: st.Code(), Field: field, Message: st.Message(), Err: depErr}
+}
 
 // Decision is retryd's answer for one failure.
 type Decision struct {

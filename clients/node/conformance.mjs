@@ -37,12 +37,13 @@ function makeError(e) {
   if (e.retry_after !== undefined) headers["Retry-After"] = e.retry_after;
   if (e.retry_after_date_in_s !== undefined) headers["Retry-After"] = new Date(Date.now() + e.retry_after_date_in_s * 1000).toUTCString();
   switch (e.kind) {
-    case "code": return new retryd.DependencyError(e.code, { retryAfter: e.retry_after, retryAfterMs: e.retry_after_ms });
+    case "code": return new retryd.DependencyError(e.code, { retryAfter: e.retry_after, retryAfterMs: e.retry_after_ms, catalog: e.catalog });
     case "http": return Object.assign(new Error(`HTTP ${e.status}`), { response: { status: e.status, headers: new Headers(headers) } });
     case "grpc": {
       const code = grpc.status[e.status];
       const md = new grpc.Metadata();
       if (e.retry_delay_ms !== undefined) md.set("grpc-status-details-bin", retryInfoStatus(code, e.retry_delay_ms));
+      for (const v of e.pushback ?? []) md.add("grpc-retry-pushback-ms", v);
       return Object.assign(new Error("scripted"), { code, details: "scripted", metadata: md });
     }
     case "envelope": return new EnvelopeError(e.body, headers);
@@ -74,16 +75,16 @@ async function setup(stub, sc, tenant, dep) {
   }
 }
 
-async function runOne(addr, down, sc) {
+async function runOne(addr, down, slow, sc) {
   const run = Math.random().toString(36).slice(2, 10);
   const tenant = `t-${sc.name}-node-${run}`, depName = `d-${sc.name}-node-${run}`;
-  const up = sc.retryd !== "down";
+  const up = (sc.retryd ?? "up") === "up";
   const waits = [];
   let refusals = 0;
   const sleep = (ms, signal) => { waits.push(ms); return sc.sleep === "record" ? Promise.resolve() : retryd.sleep(ms, signal); };
   // Scenarios test the loop, not the 50 ms default: on a loaded CI machine 34 concurrent first
   // calls to a debug server can take longer (the retryd-down scenarios test the fallback).
-  const client = new retryd.Client(up ? addr : down, { catalog: sc.call.catalog, dependency: depName, tenant, sleep, connectTimeoutMs: 500, timeoutMs: 2000,
+  const client = new retryd.Client(up ? addr : sc.retryd === "slow" ? slow : down, { catalog: sc.call.catalog, dependency: depName, tenant, sleep, connectTimeoutMs: 500, timeoutMs: 2000,
     onEvent: (e) => { if (e.kind === "admit_refused") refusals++; } });
   if (up) await setup(client.stub, sc, tenant, depName);
   const st = { runs: 0, effects: 0, readBacks: 0, keys: new Set() };
@@ -120,7 +121,8 @@ async function runOne(addr, down, sc) {
   try {
     result = await client.call(fn, opts);
   } catch (err) {
-    if (err instanceof retryd.Held) out = { error: "held" };
+    if (err instanceof retryd.Rejected) out = { error: "rejected", field: err.field };
+    else if (err instanceof retryd.Held) out = { error: "held" };
     else if (err instanceof retryd.DeadlineExceeded) out = { error: "deadline_exceeded" };
     else if (err instanceof retryd.RetrydUnavailable) out = { error: "fallback" };
     else if (err instanceof retryd.RetryRefused) out = { error: "retry_refused", verdict: err.decision?.verdict, terminal_state: err.decision?.terminalState };
@@ -152,6 +154,7 @@ async function runOne(addr, down, sc) {
   if (e.result !== undefined) want(result === e.result, `result ${result} != ${e.result}`);
   if (e.verdict !== undefined) want(out.verdict === e.verdict, `verdict ${out.verdict} != ${e.verdict}`);
   if (e.verdict_any !== undefined) want(e.verdict_any.includes(out.verdict), `verdict ${out.verdict} not in ${e.verdict_any}`);
+  if (e.rejected_field !== undefined) want(out.field === e.rejected_field, `rejected field ${out.field} != ${e.rejected_field}`);
   if (e.terminal_state !== undefined) want(out.terminal_state === e.terminal_state, `terminal_state ${out.terminal_state} != ${e.terminal_state}`);
   return bad;
 }
@@ -174,8 +177,12 @@ try {
     await new Promise((r) => setTimeout(r, 50));
   }
   const down = `127.0.0.1:${await freePort()}`;
+  // A retryd slower than any timeout: it accepts connections and never answers.
+  const slowServer = net.createServer(() => {});
+  await new Promise((r) => slowServer.listen(0, "127.0.0.1", r));
+  const slow = `127.0.0.1:${slowServer.address().port}`;
   const t0 = Date.now();
-  const results = await Promise.all(scenarios.map((sc) => runOne(addr, down, sc).catch((e) => [`threw: ${e?.stack ?? e}`])));
+  const results = await Promise.all(scenarios.map((sc) => runOne(addr, down, slow, sc).catch((e) => [`threw: ${e?.stack ?? e}`])));
   let failed = 0;
   scenarios.forEach((sc, i) => {
     if (results[i].length) { failed++; console.log(`conformance node: FAIL ${sc.name}: ${results[i].join("; ")}`); }

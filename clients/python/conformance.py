@@ -37,6 +37,7 @@ from retryd.v1 import retryd_pb2 as pb
 from retryd.v1 import retryd_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
+SLOW = ""  # the address of a retryd that never answers (main sets it)
 logging.getLogger("retryd").setLevel(logging.ERROR)  # fallbacks are expected in the retryd-down scenarios
 TOKEN = "conformance-operator-token-0123456789"
 
@@ -74,9 +75,9 @@ class Server:
 
 
 class FakeGrpcError(grpc.RpcError):
-    def __init__(self, status: str, retry_delay_ms: int | None) -> None:
+    def __init__(self, status: str, retry_delay_ms: int | None, pushback: list | None = None) -> None:
         self._code = grpc.StatusCode[status]
-        md = []
+        md = [("grpc-retry-pushback-ms", v) for v in pushback or []]
         if retry_delay_ms is not None:
             ri = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(
                 seconds=retry_delay_ms // 1000, nanos=(retry_delay_ms % 1000) * 1_000_000))
@@ -152,11 +153,12 @@ class Dependency:
         if "retry_after_date_in_s" in e:
             headers["Retry-After"] = email.utils.formatdate(time.time() + e["retry_after_date_in_s"], usegmt=True)
         if kind == "code":
-            return retryd.DependencyError(e["code"], retry_after=e.get("retry_after"), retry_after_ms=e.get("retry_after_ms"))
+            extra = {"catalog": e["catalog"]} if "catalog" in e else {}
+            return retryd.DependencyError(e["code"], retry_after=e.get("retry_after"), retry_after_ms=e.get("retry_after_ms"), **extra)
         if kind == "http":
             return FakeHTTPError(e["status"], headers)
         if kind == "grpc":
-            return FakeGrpcError(e["status"], e.get("retry_delay_ms"))
+            return FakeGrpcError(e["status"], e.get("retry_delay_ms"), e.get("pushback"))
         if kind == "envelope":
             return EnvelopeError(e["body"], headers)
         return RuntimeError(e.get("message", "other"))
@@ -216,6 +218,8 @@ def call_kwargs(sc: dict, dep: Dependency) -> dict:
 def outcome_of(exc: BaseException | None) -> dict:
     if exc is None:
         return {}
+    if isinstance(exc, retryd.Rejected):
+        return {"error": "rejected", "field": exc.field}
     if isinstance(exc, retryd.Held):
         return {"error": "held"}
     if isinstance(exc, retryd.DeadlineExceeded):
@@ -266,6 +270,8 @@ def check(sc: dict, dep: Dependency, waits: list, refusals: list, result, out: d
         want(out.get("verdict") == e["verdict"], f"verdict {out.get('verdict')} != {e['verdict']}")
     if "verdict_any" in e:
         want(out.get("verdict") in e["verdict_any"], f"verdict {out.get('verdict')} not in {e['verdict_any']}")
+    if "rejected_field" in e:
+        want(out.get("field") == e["rejected_field"], f"rejected field {out.get('field')!r} != {e['rejected_field']!r}")
     if "terminal_state" in e:
         want(out.get("terminal_state") == e["terminal_state"], f"terminal_state {out.get('terminal_state')} != {e['terminal_state']}")
     return bad
@@ -285,7 +291,7 @@ def run_sync(server: Server, down: str, sc: dict) -> list[str]:
         waits.append(s)
         if sc.get("sleep", "real") == "real":
             time.sleep(s)
-    addr = server.addr if sc.get("retryd", "up") == "up" else down
+    addr = {"up": server.addr, "slow": SLOW}.get(sc.get("retryd", "up"), down)
     client = retryd.Client(addr, sleep=sleep, **client_kwargs(sc, addr, tenant, depname, waits, refusals))
     t0 = time.monotonic()
     result, exc = None, None
@@ -297,7 +303,7 @@ def run_sync(server: Server, down: str, sc: dict) -> list[str]:
     client.close()
     out = outcome_of(exc)
     bad = check(sc, dep, waits, refusals, result, out, elapsed)
-    if sc.get("retryd", "up") == "down" and client.fallbacks < sc["expect"].get("fallbacks_min", 0):
+    if sc.get("retryd", "up") != "up" and client.fallbacks < sc["expect"].get("fallbacks_min", 0):
         bad.append(f"fallbacks {client.fallbacks} < {sc['expect']['fallbacks_min']}")
     return bad
 
@@ -314,7 +320,7 @@ async def run_async(server: Server, down: str, sc: dict) -> list[str]:
 
     async def fn():  # noqa: ANN202
         return dep.run()
-    addr = server.addr if sc.get("retryd", "up") == "up" else down
+    addr = {"up": server.addr, "slow": SLOW}.get(sc.get("retryd", "up"), down)
     client = retryd.AsyncClient(addr, sleep=sleep, **client_kwargs(sc, addr, tenant, depname, waits, refusals))
     await client.connect()
     t0 = time.monotonic()
@@ -330,7 +336,7 @@ async def run_async(server: Server, down: str, sc: dict) -> list[str]:
     elapsed = (time.monotonic() - t0) * 1000
     await client.close()
     bad = check(sc, dep, waits, refusals, result, outcome_of(exc), elapsed)
-    if sc.get("retryd", "up") == "down" and client.fallbacks < sc["expect"].get("fallbacks_min", 0):
+    if sc.get("retryd", "up") != "up" and client.fallbacks < sc["expect"].get("fallbacks_min", 0):
         bad.append(f"fallbacks {client.fallbacks} < {sc['expect']['fallbacks_min']}")
     return bad
 
@@ -341,6 +347,13 @@ def main() -> int:
     scenarios = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(sdir, "*.json")))]
     server = Server(binary)
     down = f"127.0.0.1:{free_port()}"  # nothing listens there
+    # A retryd slower than any timeout: it accepts connections (the kernel
+    # does, from the backlog) and never answers.
+    global SLOW
+    slow = socket.socket()
+    slow.bind(("127.0.0.1", 0))
+    slow.listen(64)
+    SLOW = f"127.0.0.1:{slow.getsockname()[1]}"
     t0 = time.monotonic()
     failed = 0
     try:

@@ -8,6 +8,20 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import protobuf from "protobufjs";
 import { PROTOS } from "./proto.generated.js";
+// Types generated from proto/ by proto-loader-gen-types (npm run build), with
+// the loader options service() uses: keepCase, longs Number, enums String.
+import type { RetryDecisionServiceClient } from "./gen/retryd/v1/RetryDecisionService.js";
+import type { AdmitRequest } from "./gen/retryd/v1/AdmitRequest.js";
+import type { AdmitResponse__Output } from "./gen/retryd/v1/AdmitResponse.js";
+import type { ClassifyRequest } from "./gen/retryd/v1/ClassifyRequest.js";
+import type { ClassifyResponse__Output } from "./gen/retryd/v1/ClassifyResponse.js";
+import type { ReportOutcomesRequest } from "./gen/retryd/v1/ReportOutcomesRequest.js";
+import type { ReportOutcomesResponse__Output } from "./gen/retryd/v1/ReportOutcomesResponse.js";
+import type { Failure as FailureMessage } from "./gen/retryd/v1/Failure.js";
+import type { Decision__Output } from "./gen/retryd/v1/Decision.js";
+import type { Hold__Output } from "./gen/retryd/v1/Hold.js";
+import type { Timestamp__Output } from "./gen/google/protobuf/Timestamp.js";
+export type { RetryDecisionServiceClient };
 
 export type Operation = "read" | "write";
 
@@ -19,6 +33,9 @@ export interface FailureFields {
   retryAfterMs?: number;
   requestId?: string;
   quotaResetsAt?: Date;
+  /** The dependency itself said "do not retry" (e.g. a negative, unparsable or conflicting
+   * grpc-retry-pushback-ms): sent as its retry contract, Failure.upstream retryable false. */
+  noRetry?: boolean;
 }
 
 export interface Hold {
@@ -30,7 +47,7 @@ export interface Hold {
 export interface Decision {
   verdict: "RETRY_WITH_LIMIT" | "STATE_VERIFICATION_REQUIRED" | "FIX_BEFORE_RETRY" | "DO_NOT_RETRY" | "ALREADY_APPLIED";
   reason: string; rule: string; requiredTransition: string; terminalState: string;
-  afterMs: number; maxAfterMs: number; hold?: Hold; raw?: unknown;
+  afterMs: number; maxAfterMs: number; hold?: Hold; raw?: Decision__Output;
 }
 
 export interface Event {
@@ -90,6 +107,28 @@ export class DeadlineExceeded extends RetryRefused {}
 export class RetrydUnavailable extends RetryRefused {}
 export class Cancelled extends Error {}
 
+/** retryd refused the request itself (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED): a mistake in the
+ * client's configuration or in what a mapper sent, not an outage, so no fallback runs. `field` is the
+ * field retryd named ("failure.catalog"), `cause` the dependency's error when there was one. */
+export class Rejected extends Error {
+  constructor(public code: string, public field: string, public details: string, public cause?: unknown) {
+    super(`retryd rejected the request (${code}): ${details}`);
+  }
+}
+
+const REJECTION_CODES = new Set([grpc.status.INVALID_ARGUMENT, grpc.status.NOT_FOUND, grpc.status.PERMISSION_DENIED]);
+
+/** retryd's status says the request is wrong (undefined otherwise); its messages start with the field.
+ * @internal shared with ./cockatiel */
+export function rejectionOf(rpcErr: unknown, cause?: unknown): Rejected | undefined {
+  const e = rpcErr as { code?: number; details?: string };
+  if (typeof e?.code !== "number" || !REJECTION_CODES.has(e.code)) return undefined;
+  const details = e.details ?? "";
+  const i = details.indexOf(":");
+  const head = i > 0 ? details.slice(0, i).trim() : "";
+  return new Rejected(GRPC_NAMES[e.code] ?? String(e.code), head && !/\s/.test(head) ? head : "", details, cause);
+}
+
 function header(headers: unknown, name: string): string | undefined {
   if (!headers) return undefined;
   const h = headers as { get?: (n: string) => string | null };
@@ -119,18 +158,35 @@ export function fromEnvelope(body: unknown, headers?: unknown): FailureFields {
 
 const GRPC_NAMES = Object.fromEntries(Object.entries(grpc.status).filter(([, v]) => typeof v === "number").map(([k, v]) => [v, k]));
 
-/** A grpc-js ServiceError: its status name (catalog "grpc"), RetryInfo or grpc-retry-pushback-ms as retryAfterMs. */
+/** The grpc-retry-pushback-ms values of one response, read as gRFC A6 does: one value, or the same
+ * value repeated, is a delay; a negative, unparsable or too large value (past 2^53 ms, beyond any
+ * catalog's cap), or values that disagree, mean "do not retry". */
+export function pushback(values: Array<string | Buffer>): { ms?: number; doNotRetry: boolean } {
+  let got: bigint | undefined;
+  for (const raw of values) {
+    const v = String(raw).trim();
+    if (!/^[0-9]+$/.test(v)) return { doNotRetry: true };
+    const n = BigInt(v);
+    if (n > BigInt(Number.MAX_SAFE_INTEGER) || (got !== undefined && got !== n)) return { doNotRetry: true };
+    got = n;
+  }
+  return got === undefined ? { doNotRetry: false } : { ms: Number(got), doNotRetry: false };
+}
+
+/** A grpc-js ServiceError: its status name (catalog "grpc"), RetryInfo or grpc-retry-pushback-ms as retryAfterMs
+ * (a pushback that says "do not retry" as noRetry). */
 export function fromGrpc(err: unknown): FailureFields | undefined {
   const e = err as { code?: unknown; metadata?: grpc.Metadata };
   if (typeof e?.code !== "number" || !(e.metadata instanceof grpc.Metadata)) return undefined;
   const out: FailureFields = { catalog: "grpc", code: GRPC_NAMES[e.code] ?? String(e.code) };
-  const pushback = e.metadata.get("grpc-retry-pushback-ms")[0];
-  if (pushback !== undefined && /^\d+$/.test(String(pushback))) out.retryAfterMs = Number(pushback);
   const bin = e.metadata.get("grpc-status-details-bin")[0];
   if (bin instanceof Buffer) {
     const ms = retryInfoMs(bin);
     if (ms !== undefined) out.retryAfterMs = ms;
   }
+  const p = pushback(e.metadata.get("grpc-retry-pushback-ms"));
+  if (p.doNotRetry) { out.noRetry = true; delete out.retryAfterMs; }
+  else if (p.ms !== undefined) out.retryAfterMs = Math.max(out.retryAfterMs ?? 0, p.ms);
   return out;
 }
 
@@ -207,20 +263,20 @@ function service(): grpc.ServiceClientConstructor {
 }
 
 const ts = (d: Date) => ({ seconds: Math.floor(d.getTime() / 1000), nanos: (d.getTime() % 1000) * 1e6 });
-const fromTs = (t: any): Date | undefined => (t && (t.seconds || t.nanos) ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : undefined);
+const fromTs = (t: Timestamp__Output | null | undefined): Date | undefined => (t && (t.seconds || t.nanos) ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : undefined);
 const strip = (s: string, p: string) => (s?.startsWith(p) ? s.slice(p.length) : s ?? "");
 
-function toHold(h: any): Hold | undefined {
+function toHold(h: Hold__Output | null | undefined): Hold | undefined {
   if (!h?.id) return undefined;
   return { id: h.id, catalog: h.catalog, dependency: h.dependency, tenant: h.tenant, method: h.method,
     scope: strip(h.scope, "SCOPE_"), kind: strip(h.kind, "HOLD_KIND_"), until: fromTs(h.until), code: h.code, rule: h.rule, reason: h.reason };
 }
 
-function toDecision(d: any): Decision {
-  const r = d.retry ?? {};
+function toDecision(d: Decision__Output): Decision {
+  const r = d.retry;
   return { verdict: strip(d.verdict, "VERDICT_") as Decision["verdict"], reason: d.reason, rule: d.rule,
     requiredTransition: d.required_transition, terminalState: d.terminal_state,
-    afterMs: Number(r.after_ms ?? 0), maxAfterMs: Number(r.max_after_ms ?? 0), hold: toHold(d.hold), raw: d };
+    afterMs: Number(r?.after_ms ?? 0), maxAfterMs: Number(r?.max_after_ms ?? 0), hold: toHold(d.hold), raw: d };
 }
 
 /** The default Sleep: setTimeout, rejected with Cancelled when the signal aborts. */
@@ -232,7 +288,8 @@ export const sleep: Sleep = (ms, signal) => new Promise((resolve, reject) => {
 });
 
 export class Client {
-  readonly stub: any;
+  /** The generated, typed gRPC stub (every RPC of retryd.v1.RetryDecisionService). */
+  readonly stub: RetryDecisionServiceClient;
   fallbacks = 0;
   private o: Required<Omit<ClientOptions, "credentials" | "onEvent">> & Pick<ClientOptions, "onEvent">;
   private counts = new Map<string, { key: string[]; c: [number, number, number] }>();
@@ -243,11 +300,17 @@ export class Client {
     this.o = { catalog: "", dependency: "", tenant: "", locale: "", timeoutMs: 50, connectTimeoutMs: 1000, sleep,
       fallback: DEFAULT_FALLBACK, reportIntervalMs: 1000, ...opts } as any;
     const Ctor = service();
-    this.stub = new Ctor(address, opts.credentials ?? grpc.credentials.createInsecure());
+    this.stub = new Ctor(address, opts.credentials ?? grpc.credentials.createInsecure()) as unknown as RetryDecisionServiceClient;
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     this.ready = new Promise((resolve) => this.stub.waitForReady(Date.now() + this.o.connectTimeoutMs, () => resolve()));
     this.timer = setInterval(() => this.flush(), this.o.reportIntervalMs);
     this.timer.unref();
+  }
+
+  /** The settings the adapters (./cockatiel) build their requests from. */
+  get settings(): Readonly<{ catalog: string; dependency: string; tenant: string; locale: string; timeoutMs: number; fallback: Fallback }> {
+    const { catalog, dependency, tenant, locale, timeoutMs, fallback } = this.o;
+    return { catalog, dependency, tenant, locale, timeoutMs, fallback };
   }
 
   /** Sends the outcome counts not yet reported and closes the channel. */
@@ -270,13 +333,26 @@ export class Client {
     const counts = [...this.counts.values()].slice(0, 1000).map(({ key, c }) => ({
       catalog: key[0], dependency: key[1], tenant: key[2], method: key[3], requests: c[0], successes: c[1], failures: c[2] }));
     this.counts.clear();
-    return this.rpc("ReportOutcomes", { counts }, 1000).then(() => undefined, () => undefined);
+    return this.report({ counts }, 1000).then(() => undefined, () => undefined);
   }
 
-  private rpc(name: string, req: unknown, timeoutMs: number): Promise<any> {
-    return new Promise((resolve, reject) => {
-      this.stub[name](req, { deadline: Date.now() + Math.max(1, timeoutMs) }, (err: unknown, resp: unknown) => (err ? reject(err) : resolve(resp)));
-    });
+  private static options(timeoutMs: number): grpc.CallOptions {
+    return { deadline: Date.now() + Math.max(1, timeoutMs) };
+  }
+
+  private admit(req: AdmitRequest, timeoutMs: number): Promise<AdmitResponse__Output> {
+    return new Promise((resolve, reject) =>
+      this.stub.Admit(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
+  }
+
+  private classify(req: ClassifyRequest, timeoutMs: number): Promise<ClassifyResponse__Output> {
+    return new Promise((resolve, reject) =>
+      this.stub.Classify(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
+  }
+
+  private report(req: ReportOutcomesRequest, timeoutMs: number): Promise<ReportOutcomesResponse__Output> {
+    return new Promise((resolve, reject) =>
+      this.stub.ReportOutcomes(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
   }
 
   private event(e: Event) {
@@ -303,11 +379,13 @@ export class Client {
       for (;;) {
         checkCancel();
         if (past(0)) throw new DeadlineExceeded("deadline passed before the attempt");
-        let resp: any;
+        let resp: AdmitResponse__Output;
         try {
-          resp = await this.rpc("Admit", { catalog: this.o.catalog, dependency: this.o.dependency, tenant: this.o.tenant,
+          resp = await this.admit({ catalog: this.o.catalog, dependency: this.o.dependency, tenant: this.o.tenant,
             method, operation: op, attempt }, rpcTimeout());
         } catch (err: any) {
+          const rejected = rejectionOf(err);
+          if (rejected) throw rejected;
           this.event({ kind: "fallback", attempt, detail: `Admit failed: ${err?.message ?? err}` });
           break;
         }
@@ -326,7 +404,7 @@ export class Client {
       try {
         const v = await fn(signal);
         this.count(method, 1);
-        if (probe) await this.rpc("ReportOutcomes", { probe_token: probe, probe_succeeded: true }, this.o.timeoutMs).catch(() => undefined);
+        if (probe) await this.report({ probe_token: probe, probe_succeeded: true }, this.o.timeoutMs).catch(() => undefined);
         this.event({ kind: "success", attempt });
         return v;
       } catch (err) {
@@ -337,7 +415,7 @@ export class Client {
       // 3. Map the failure.
       const f = mapper(error);
       if (!f) { this.count(method, 2); throw error; }
-      const failure: any = {
+      const failure: FailureMessage & { read_back: string; idempotency_key_enforced: boolean } = {
         catalog: f.catalog || this.o.catalog, code: f.code ?? "", operation: op, method, attempt,
         retry_after: f.retryAfter ?? "", idempotency_key: opts.idempotencyKey ?? "",
         idempotency_key_enforced: !!opts.idempotencyKeyEnforced, request_id: f.requestId ?? "",
@@ -345,17 +423,20 @@ export class Client {
       };
       if (f.retryAfterMs !== undefined) failure.retry_after_ms = f.retryAfterMs;
       if (f.quotaResetsAt) failure.quota_resets_at = ts(f.quotaResetsAt);
+      if (f.noRetry) failure.upstream = { retryable: false };
       if (deadline !== undefined) failure.deadline = ts(new Date(deadline));
 
       // 4. Classify and act; a read-back's answer goes in a second Classify.
       let readBackValue: T | undefined;
       let waitMs = 0;
       for (;;) {
-        let resp: any;
+        let resp: ClassifyResponse__Output;
         try {
-          resp = await this.rpc("Classify", { failure, locale: this.o.locale }, rpcTimeout());
+          resp = await this.classify({ failure, locale: this.o.locale }, rpcTimeout());
         } catch (err: any) {
           checkCancel();
+          const rejected = rejectionOf(err, error);
+          if (rejected) throw rejected;
           if (past(0)) throw new DeadlineExceeded("the deadline passed while asking retryd", undefined, error);
           const may = op === "OPERATION_KIND_READ" || failure.idempotency_key_enforced;
           const detail = `Classify failed: ${err?.message ?? err}`;
@@ -370,6 +451,7 @@ export class Client {
           this.event({ kind: "fallback", attempt, detail, waitMs });
           break;
         }
+        if (!resp.decision) throw new Error("retryd answered Classify without a decision");
         const d = toDecision(resp.decision);
         this.event({ kind: "decision", attempt, decision: d });
         if (d.verdict === "ALREADY_APPLIED") return readBackValue as T;

@@ -2,6 +2,9 @@ import assert from "node:assert/strict";
 import test from "node:test";
 import { createRequire } from "node:module";
 import * as esm from "../dist/esm/index.js";
+import * as grpc from "@grpc/grpc-js";
+
+const retryd = esm;
 
 const cjs = createRequire(import.meta.url)("../dist/cjs/index.js");
 
@@ -24,4 +27,17 @@ test("the Vibecode / Bitrix24 envelope", () => {
 
 test("an error no mapper understands is not mapped", () => {
   assert.equal(esm.defaultMapper(new Error("x")), undefined);
+});
+
+test("grpc-retry-pushback-ms as gRFC A6 reads it", () => {
+  assert.deepEqual(retryd.pushback(["250", "250"]), { ms: 250, doNotRetry: false });
+  assert.deepEqual(retryd.pushback([]), { doNotRetry: false });
+  for (const vs of [["-1"], ["xxx"], [""], ["100", "200"], ["99999999999999999999"], ["1.5"], ["+5"]]) {
+    assert.deepEqual(retryd.pushback(vs), { doNotRetry: true }, JSON.stringify(vs));
+  }
+  const md = new grpc.Metadata();
+  md.add("grpc-retry-pushback-ms", "-1");
+  const f = retryd.defaultMapper(Object.assign(new Error("x"), { code: grpc.status.UNAVAILABLE, metadata: md }));
+  assert.equal(f.noRetry, true);
+  assert.equal(f.retryAfterMs, undefined);
 });

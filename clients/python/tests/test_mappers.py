@@ -74,5 +74,24 @@ class Loop(unittest.TestCase):
         self.assertEqual(cm.exception.value, 42)
 
 
+class PushbackTest(unittest.TestCase):
+    """grpc-retry-pushback-ms as gRFC A6 reads it."""
+
+    def test_one_value_or_the_same_value_repeated_is_a_delay(self):
+        self.assertEqual(retryd.pushback_ms(["250"]), (250, False))
+        self.assertEqual(retryd.pushback_ms([b"250", "250"]), (250, False))
+        self.assertEqual(retryd.pushback_ms([]), (None, False))
+
+    def test_negative_unparsable_conflicting_or_too_large_means_do_not_retry(self):
+        for values in (["-1"], ["xxx"], [""], ["100", "200"], ["99999999999999999999"], ["1.5"], ["\u0661"]):
+            self.assertEqual(retryd.pushback_ms(values), (None, True), values)
+
+    def test_rejection_names_retryds_field(self):
+        from retryd.errors import rejection
+        r = rejection("INVALID_ARGUMENT", 'failure.catalog: unknown catalog "vibecod"')
+        self.assertEqual((r.code, r.field), ("INVALID_ARGUMENT", "failure.catalog"))
+        self.assertEqual(rejection("PERMISSION_DENIED", "operator token required").field, "")
+
+
 if __name__ == "__main__":
     unittest.main()

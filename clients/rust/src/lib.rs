@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 mod mappers;
-pub use mappers::{DependencyError, HttpStatusError, IntoFailure, from_envelope, from_grpc, from_http};
+pub use mappers::{DependencyError, HttpStatusError, IntoFailure, from_envelope, from_grpc, from_http, pushback};
 
 /// The generated `retryd.v1` types and client, for calling the RPCs by hand.
 pub mod pb {
@@ -108,6 +108,10 @@ pub struct Failure {
     pub request_id: String,
     /// The dependency's own word on when its allowance resets.
     pub quota_resets_at: Option<SystemTime>,
+    /// The dependency itself said "do not retry" (e.g. a negative,
+    /// unparsable or conflicting `grpc-retry-pushback-ms`): sent as its retry
+    /// contract, `Failure.upstream` retryable false.
+    pub no_retry: bool,
 }
 
 /// What a read-back found.
@@ -238,6 +242,39 @@ pub enum Error<E> {
     Unavailable { decision: Box<Decision>, source: E },
     /// An error no mapper understands, returned untouched.
     Dependency(E),
+    /// retryd refused the request itself (`INVALID_ARGUMENT`, `NOT_FOUND`,
+    /// `PERMISSION_DENIED`): a mistake in the client's configuration or in
+    /// what a mapper sent, not an outage, so no fallback ran. `field` is the
+    /// field retryd named (`failure.catalog`); `source` the dependency's
+    /// error, when there was one.
+    Rejected {
+        code: tonic::Code,
+        field: String,
+        message: String,
+        source: Option<E>,
+    },
+}
+
+/// retryd's status says the request is wrong (None otherwise); its messages
+/// start with the field they are about (`failure.catalog: …`).
+fn rejection<E>(status: &tonic::Status, source: Option<E>) -> Option<Error<E>> {
+    if !matches!(
+        status.code(),
+        tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::PermissionDenied
+    ) {
+        return None;
+    }
+    let message = status.message().to_string();
+    let field = match message.split_once(':') {
+        Some((head, _)) if !head.is_empty() && !head.contains(char::is_whitespace) => head.to_string(),
+        _ => String::new(),
+    };
+    Some(Error::Rejected {
+        code: status.code(),
+        field,
+        message,
+        source,
+    })
 }
 
 impl<E: fmt::Display> fmt::Display for Error<E> {
@@ -253,6 +290,9 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
             ),
             Error::DeadlineExceeded { .. } => write!(f, "retryd: the next attempt would pass the deadline"),
             Error::Dependency(e) => write!(f, "{e}"),
+            Error::Rejected { code, message, .. } => {
+                write!(f, "retryd rejected the request ({code:?}): {message}")
+            }
         }
     }
 }
@@ -619,6 +659,9 @@ impl Client {
                         });
                         (inner.sleeper)(wait).await;
                     }
+                    Ok(Err(s)) if rejection::<E>(&s, None).is_some() => {
+                        return Err(rejection(&s, None).expect("checked above"));
+                    }
                     other => {
                         let detail = match other {
                             Ok(Err(s)) => format!("Admit failed: {}", s.message()),
@@ -677,6 +720,10 @@ impl Client {
                 dependency: inner.dependency.clone(),
                 quota_resets_at: fl.quota_resets_at.map(prost_types::Timestamp::from),
                 probe_token: probe,
+                upstream: fl.no_retry.then(|| pb::RetryContract {
+                    retryable: false,
+                    ..Default::default()
+                }),
                 ..Default::default()
             };
 
@@ -690,6 +737,9 @@ impl Client {
                 let mut stub = inner.stub.clone();
                 let resp = match tokio::time::timeout(inner.rpc_timeout(deadline), stub.classify(req)).await {
                     Ok(Ok(r)) => r.into_inner().decision.unwrap_or_default(),
+                    Ok(Err(s)) if rejection::<E>(&s, None).is_some() => {
+                        return Err(rejection(&s, Some(err)).expect("checked above"));
+                    }
                     other => {
                         if past(Duration::ZERO) {
                             return Err(Error::DeadlineExceeded { source: Some(err) });

@@ -44,6 +44,11 @@ impl DependencyError {
         self.retry_after_ms = Some(ms);
         self
     }
+    /// Judged by another catalog than the client's.
+    pub fn catalog(mut self, c: impl Into<String>) -> Self {
+        self.catalog = Some(c.into());
+        self
+    }
 }
 
 impl fmt::Display for DependencyError {
@@ -139,22 +144,48 @@ pub fn from_grpc(status: &tonic::Status) -> Failure {
         tonic::Code::DataLoss => "DATA_LOSS",
         tonic::Code::Unauthenticated => "UNAUTHENTICATED",
     };
-    let mut retry_after_ms = status
-        .metadata()
-        .get("grpc-retry-pushback-ms")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let mut retry_after_ms = None;
     if let Some(ri) = status.get_details_retry_info() {
         if let Some(d) = ri.retry_delay {
-            retry_after_ms = Some(d.as_millis() as u64);
+            retry_after_ms = Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         }
+    }
+    let values = status.metadata().get_all("grpc-retry-pushback-ms");
+    let (ms, no_retry) = pushback(values.iter().map(|v| v.to_str().unwrap_or("")));
+    if no_retry {
+        retry_after_ms = None;
+    } else if ms.is_some() {
+        retry_after_ms = retry_after_ms.max(ms);
     }
     Failure {
         catalog: "grpc".into(),
         code: name.into(),
         retry_after_ms,
+        no_retry,
         ..Default::default()
     }
+}
+
+/// The `grpc-retry-pushback-ms` values of one response, read as gRFC A6
+/// does: one value, or the same value repeated, is a delay
+/// (`(Some(ms), false)`); a negative, unparsable or too large (past 2^64)
+/// value, or values that disagree, mean "do not retry" (`(None, true)`);
+/// none: `(None, false)`.
+pub fn pushback<'a>(values: impl IntoIterator<Item = &'a str>) -> (Option<u64>, bool) {
+    let mut got = None;
+    for v in values {
+        let v = v.trim();
+        // u64's parser takes a leading '+'; gRFC A6's integer does not.
+        let n = match v.parse::<u64>() {
+            Ok(n) if !v.starts_with('+') => n,
+            _ => return (None, true),
+        };
+        if got.is_some_and(|g| g != n) {
+            return (None, true);
+        }
+        got = Some(n);
+    }
+    (got, false)
 }
 
 /// The Vibecode / Bitrix24 JSON envelope: `{"error":{"code":"QUEUE_OVERFLOW",…}}`
@@ -192,6 +223,30 @@ fn envelope_code(body: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pushback_as_grpc_a6_reads_it() {
+        assert_eq!(pushback(["250", "250"]), (Some(250), false));
+        assert_eq!(pushback([]), (None, false));
+        for vs in [
+            &["-1"][..],
+            &["xxx"],
+            &[""],
+            &["100", "200"],
+            &["99999999999999999999"],
+            &["+5"],
+            &["1.5"],
+        ] {
+            assert_eq!(pushback(vs.iter().copied()), (None, true), "{vs:?}");
+        }
+        let mut st = tonic::Status::unavailable("x");
+        st.metadata_mut().insert(
+            "grpc-retry-pushback-ms",
+            tonic::metadata::MetadataValue::from_static("-1"),
+        );
+        let f = from_grpc(&st);
+        assert!(f.no_retry && f.retry_after_ms.is_none(), "{f:?}");
+    }
 
     #[test]
     fn envelope_codes() {

@@ -111,6 +111,9 @@ fn make_error(e: &Value) -> DepError {
             if let Some(ms) = e["retry_after_ms"].as_u64() {
                 d = d.retry_after_ms(ms);
             }
+            if let Some(c) = e["catalog"].as_str() {
+                d = d.catalog(c);
+            }
             DepError::Mapped(Box::new(d.to_failure().unwrap()))
         }
         "http" => DepError::Mapped(Box::new(
@@ -128,7 +131,7 @@ fn make_error(e: &Value) -> DepError {
                 "RESOURCE_EXHAUSTED" => tonic::Code::ResourceExhausted,
                 other => panic!("add {other} to the runner"),
             };
-            let st = match e["retry_delay_ms"].as_u64() {
+            let mut st = match e["retry_delay_ms"].as_u64() {
                 Some(ms) => tonic::Status::with_error_details(
                     code,
                     "scripted",
@@ -136,6 +139,12 @@ fn make_error(e: &Value) -> DepError {
                 ),
                 None => tonic::Status::new(code, "scripted"),
             };
+            for v in e["pushback"].as_array().into_iter().flatten() {
+                st.metadata_mut().append(
+                    "grpc-retry-pushback-ms",
+                    v.as_str().unwrap().parse().expect("an ASCII pushback value"),
+                );
+            }
             DepError::Mapped(Box::new(retryd_client::from_grpc(&st)))
         }
         "envelope" => DepError::Mapped(Box::new(retryd_client::from_envelope(&e["body"].to_string(), hv()))),
@@ -191,15 +200,19 @@ async fn setup(
     }
 }
 
-async fn run_one(addr: String, down: String, sc: Value) -> Vec<String> {
+async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<String> {
     let name = sc["name"].as_str().unwrap().to_string();
     let run = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
     let (tenant, depname) = (format!("t-{name}-rust-{run}"), format!("d-{name}-rust-{run}"));
-    let up = sc["retryd"] != "down";
-    let target = if up { addr.clone() } else { down };
+    let up = sc["retryd"].as_str().unwrap_or("up") == "up";
+    let target = match sc["retryd"].as_str().unwrap_or("up") {
+        "up" => addr.clone(),
+        "slow" => slow,
+        _ => down,
+    };
     let waits: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let refusals = Arc::new(AtomicU32::new(0));
     let real = sc["sleep"] != "record";
@@ -271,6 +284,7 @@ async fn run_one(addr: String, down: String, sc: Value) -> Vec<String> {
     let elapsed = t0.elapsed();
     client.close().await;
     let (mut result, mut error, mut verdict, mut terminal) = (None, None, String::new(), String::new());
+    let mut rejected_field = None;
     match res {
         Err(()) => error = Some("cancelled"),
         Ok(Ok(v)) => result = Some(v),
@@ -285,6 +299,10 @@ async fn run_one(addr: String, down: String, sc: Value) -> Vec<String> {
                 Error::DeadlineExceeded { .. } => "deadline_exceeded",
                 Error::Unavailable { .. } => "fallback",
                 Error::Dependency(_) => "unmapped",
+                Error::Rejected { field, .. } => {
+                    rejected_field = Some(field);
+                    "rejected"
+                }
             })
         }
     }
@@ -370,6 +388,12 @@ async fn run_one(addr: String, down: String, sc: Value) -> Vec<String> {
             format!("verdict {verdict} not in {a:?}"),
         );
     }
+    if let Some(s) = e["rejected_field"].as_str() {
+        want(
+            rejected_field.as_deref() == Some(s),
+            format!("rejected field {rejected_field:?} != {s}"),
+        );
+    }
     if let Some(s) = e["terminal_state"].as_str() {
         want(terminal == s, format!("terminal_state {terminal} != {s}"));
     }
@@ -437,6 +461,10 @@ async fn conformance() {
     }
     assert!(ready, "retryd did not listen on {addr}");
     let down = format!("127.0.0.1:{}", free_port());
+    // A retryd slower than any timeout: it accepts connections (the kernel
+    // does, from the backlog) and never answers.
+    let slow_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow = slow_listener.local_addr().unwrap().to_string();
     let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("clients/conformance/scenarios"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -448,7 +476,10 @@ async fn conformance() {
     for f in &files {
         let sc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
         let name = sc["name"].as_str().unwrap().to_string();
-        tasks.push((name, tokio::spawn(run_one(addr.clone(), down.clone(), sc))));
+        tasks.push((
+            name,
+            tokio::spawn(run_one(addr.clone(), down.clone(), slow.clone(), sc)),
+        ));
     }
     let mut failed = 0;
     for (name, t) in tasks {

@@ -5,7 +5,6 @@ go 1.26.0
 require github.com/retryd/retryd/clients/go v0.0.0
 
 require (
-	github.com/retryd/retryd/examples/go v0.0.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -14,7 +13,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace (
-	github.com/retryd/retryd/clients/go => ../../../clients/go
-	github.com/retryd/retryd/examples/go => ../../go
-)
+// The client from this checkout (a user requires a published version instead).
+replace github.com/retryd/retryd/clients/go => ../../../clients/go

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	retryd "github.com/retryd/retryd/clients/go"
-	pb "github.com/retryd/retryd/examples/go/retrydv1"
+	pb "github.com/retryd/retryd/clients/go/retrydv1"
 )
 
 func pct(d []time.Duration, p float64) time.Duration {

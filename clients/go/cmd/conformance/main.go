@@ -22,7 +22,7 @@ import (
 	"time"
 
 	retryd "github.com/retryd/retryd/clients/go"
-	pb "github.com/retryd/retryd/examples/go/retrydv1"
+	pb "github.com/retryd/retryd/clients/go/retrydv1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,6 +32,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
+
+// slow is the address of a retryd that never answers (main sets it).
+var slow string
 
 const token = "conformance-operator-token-0123456789"
 
@@ -45,6 +48,8 @@ type errorSpec struct {
 	RetryDelayMs      *int64          `json:"retry_delay_ms"`
 	Body              json.RawMessage `json:"body"`
 	Message           string          `json:"message"`
+	Pushback          []string        `json:"pushback"`
+	Catalog           string          `json:"catalog"`
 }
 
 type outcome struct {
@@ -137,7 +142,7 @@ func makeError(e *errorSpec) error {
 		if e.RetryAfter != nil {
 			ra = *e.RetryAfter
 		}
-		return &retryd.DependencyError{Code: e.Code, RetryAfter: ra, RetryAfterMs: e.RetryAfterMs}
+		return &retryd.DependencyError{Code: e.Code, RetryAfter: ra, RetryAfterMs: e.RetryAfterMs, Catalog: e.Catalog}
 	case "http":
 		var st int
 		_ = json.Unmarshal(e.Status, &st)
@@ -154,6 +159,9 @@ func makeError(e *errorSpec) error {
 		st := status.New(code, "scripted")
 		if e.RetryDelayMs != nil {
 			st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(*e.RetryDelayMs) * time.Millisecond)})
+		}
+		if e.Pushback != nil {
+			return retryd.WithTrailer(st.Err(), metadata.MD{"grpc-retry-pushback-ms": e.Pushback})
 		}
 		return st.Err()
 	case "envelope":
@@ -229,8 +237,11 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 		return retryd.SleepContext(ctx, d)
 	}
 	target := addr
-	if sc.Retryd == "down" {
+	switch sc.Retryd {
+	case "down":
 		target = down
+	case "slow":
+		target = slow
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c, err := retryd.New(target, retryd.WithCatalog(sc.Call.Catalog), retryd.WithDependency(depName), retryd.WithTenant(tenant),
@@ -275,8 +286,12 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 
 	out := map[string]string{}
 	var re *retryd.RefusedError
+	var rej *retryd.RejectedError
 	switch {
 	case err == nil:
+	case errors.As(err, &rej):
+		out["error"] = "rejected"
+		out["field"] = rej.Field
 	case errors.As(err, &re):
 		switch re.Reason {
 		case retryd.RefusedHeld:
@@ -396,6 +411,9 @@ func check(sc *scenario, dep *dependency, waits []time.Duration, total time.Dura
 	if vs := strs("verdict_any"); len(vs) > 0 {
 		want(contains(vs, out["verdict"]), "verdict %q not in %v", out["verdict"], vs)
 	}
+	if s, ok := str("rejected_field"); ok {
+		want(out["field"] == s, "rejected field %q != %q", out["field"], s)
+	}
 	if s, ok := str("terminal_state"); ok {
 		want(out["terminal_state"] == s, "terminal_state %q != %q", out["terminal_state"], s)
 	}
@@ -470,6 +488,14 @@ func main() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	down := fmt.Sprintf("127.0.0.1:%d", freePort())
+	// A retryd slower than any timeout: it accepts connections (the kernel
+	// does, from the backlog) and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	slow = ln.Addr().String()
 	t0 := time.Now()
 	res := make([][]string, len(scs))
 	var wg sync.WaitGroup

@@ -17,14 +17,15 @@ from .errors import (
     Held,
     Hold,
     Inconclusive,
+    Rejected,
     RetrydUnavailable,
     RetryRefused,
     VerificationRequired,
 )
-from .mappers import default_mapper, from_envelope, from_grpc, from_http
+from .mappers import default_mapper, from_envelope, from_grpc, from_http, pushback_ms
 
 __all__ = [
     "AsyncClient", "Client", "Tls", "Event", "Fallback", "Decision", "DeadlineExceeded", "DependencyError",
-    "DoNotRetry", "FixBeforeRetry", "Held", "Hold", "Inconclusive", "RetrydUnavailable", "RetryRefused",
-    "VerificationRequired", "default_mapper", "from_envelope", "from_grpc", "from_http",
+    "DoNotRetry", "FixBeforeRetry", "Held", "Hold", "Inconclusive", "Rejected", "RetrydUnavailable", "RetryRefused",
+    "VerificationRequired", "default_mapper", "from_envelope", "from_grpc", "from_http", "pushback_ms",
 ]

@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable, Optional, TypeVar
 import grpc
 import grpc.aio
 
+from .errors import REJECTION_CODES
 from ._loop import Event, Fallback, Opts, deadline_of, loop
 from .mappers import default_mapper
 from .v1 import retryd_pb2 as pb
@@ -169,7 +170,10 @@ class Client(_Base):
             try:
                 return ("ok", rpc(eff[1], timeout=self._rpc_timeout(o)))
             except grpc.RpcError as e:
-                return ("err", f"{e.code().name}: {e.details()}")  # type: ignore[attr-defined]
+                name = e.code().name  # type: ignore[attr-defined]
+                if name in REJECTION_CODES:  # a mistake, not an outage: no fallback
+                    return ("rejected", (name, e.details()))  # type: ignore[attr-defined]
+                return ("err", f"{name}: {e.details()}")  # type: ignore[attr-defined]
         if kind == "run":
             return self._catch(fn)
         if kind == "read_back":
@@ -280,7 +284,10 @@ class AsyncClient(_Base):
             try:
                 return ("ok", await rpc(eff[1], timeout=self._rpc_timeout(o)))
             except grpc.aio.AioRpcError as e:
-                return ("err", f"{e.code().name}: {e.details()}")
+                name = e.code().name  # type: ignore[attr-defined]
+                if name in REJECTION_CODES:  # a mistake, not an outage: no fallback
+                    return ("rejected", (name, e.details()))  # type: ignore[attr-defined]
+                return ("err", f"{name}: {e.details()}")  # type: ignore[attr-defined]
         if kind == "run":
             return await self._catch(fn)
         if kind == "read_back":

@@ -23,6 +23,7 @@ from .errors import (
     Hold,
     Inconclusive,
     RetrydUnavailable,
+    rejection,
     refusal,
 )
 from .v1 import retryd_pb2 as pb
@@ -132,6 +133,33 @@ def deadline_of(deadline: Any) -> tuple[Optional[float], Optional[float]]:
     return time.time() + secs, time.monotonic() + secs
 
 
+def failure_of(o: Opts, fields: dict, attempt: int, probe: str = "") -> Any:
+    """retryd's Failure from a mapper's fields and the call's options."""
+    failure = pb.Failure(catalog=o.catalog or "", operation=_op(o.operation), method=o.method or "",
+                         attempt=attempt, idempotency_key=o.idempotency_key or "",
+                         idempotency_key_enforced=o.idempotency_key_enforced,
+                         tenant=o.tenant or "", dependency=o.dependency or "",
+                         probe_token=probe)
+    for k, v in fields.items():
+        if v is None or k not in _FAILURE_FIELDS:
+            continue
+        if k in ("deadline", "quota_resets_at"):
+            ts = timestamp_pb2.Timestamp()
+            ts.FromDatetime(v)
+            getattr(failure, k).CopyFrom(ts)
+        elif k == "operation":
+            failure.operation = _op(v)
+        elif k == "upstream":
+            # the dependency's own retry contract, e.g. {"retryable": False}
+            for uk, uv in v.items():
+                setattr(failure.upstream, uk, uv)
+        else:
+            setattr(failure, k, v)
+    if o.deadline_wall is not None:
+        failure.deadline.FromNanoseconds(int(o.deadline_wall * 1e9))
+    return failure
+
+
 def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
     """The whole retry loop. Returns fn's (or read_back's) result, raises a RetryRefused."""
     op = _op(o.operation)
@@ -147,6 +175,8 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                                   tenant=o.tenant or "", method=o.method or "", operation=op,
                                   attempt=attempt)
             status, resp = yield ("admit", req)
+            if status == "rejected":
+                raise rejection(resp[0], resp[1])
             if status != "ok":
                 yield ("event", Event("fallback", attempt, detail=f"Admit failed: {resp}"))
                 break
@@ -181,29 +211,14 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
         if fields is None:
             yield ("count", "failure")
             raise exc
-        failure = pb.Failure(catalog=o.catalog or "", operation=op, method=o.method or "",
-                             attempt=attempt, idempotency_key=o.idempotency_key or "",
-                             idempotency_key_enforced=o.idempotency_key_enforced,
-                             tenant=o.tenant or "", dependency=o.dependency or "",
-                             probe_token=probe)
-        for k, v in fields.items():
-            if v is None or k not in _FAILURE_FIELDS:
-                continue
-            if k in ("deadline", "quota_resets_at"):
-                ts = timestamp_pb2.Timestamp()
-                ts.FromDatetime(v)
-                getattr(failure, k).CopyFrom(ts)
-            elif k == "operation":
-                failure.operation = _op(v)
-            else:
-                setattr(failure, k, v)
-        if o.deadline_wall is not None:
-            failure.deadline.FromNanoseconds(int(o.deadline_wall * 1e9))
+        failure = failure_of(o, fields, attempt, probe)
 
         # 4. Classify and act; a read-back sends its answer in a second Classify.
         read_back_value: Any = None
         while True:
             status, resp = yield ("classify", pb.ClassifyRequest(failure=failure, locale=o.locale or ""))
+            if status == "rejected":
+                raise rejection(resp[0], resp[1], exc) from exc
             if status != "ok":
                 if o.deadline_mono is not None and time.monotonic() >= o.deadline_mono:
                     raise DeadlineExceeded("the deadline passed while asking retryd", None, exc)

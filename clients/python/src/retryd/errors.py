@@ -111,6 +111,32 @@ class RetrydUnavailable(RetryRefused):
     another attempt (a write without an enforced key, or a read past 3 attempts)."""
 
 
+class Rejected(Exception):
+    """retryd refused the request itself (INVALID_ARGUMENT, NOT_FOUND,
+    PERMISSION_DENIED): a mistake in the client's configuration or in what a
+    mapper sent, not an outage, so no fallback runs. `.field` is the field
+    retryd named (e.g. "failure.catalog"), `.code` the gRPC status name,
+    `.error` the dependency's exception when there was one (also `__cause__`)."""
+
+    def __init__(self, code: str, field: str, message: str, error: Optional[BaseException] = None) -> None:
+        super().__init__(f"retryd rejected the request ({code}): {message}")
+        self.code = code
+        self.field = field
+        self.message = message
+        self.error = error
+
+
+# The gRPC codes by which retryd says the request is wrong, not that it is down.
+REJECTION_CODES = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED"})
+
+
+def rejection(code: str, message: str, error: Optional[BaseException] = None) -> Rejected:
+    """retryd's messages start with the field they are about ("failure.catalog: …")."""
+    head, sep, _ = message.partition(":")
+    field = head.strip() if sep and head.strip() and " " not in head.strip() else ""
+    return Rejected(code, field, message, error)
+
+
 _BY_VERDICT = {
     "FIX_BEFORE_RETRY": FixBeforeRetry,
     "DO_NOT_RETRY": DoNotRetry,

@@ -41,9 +41,32 @@ def from_dependency_error(exc: BaseException) -> Optional[Fields]:
     return out
 
 
+_U64_MAX = (1 << 64) - 1
+
+
+def pushback_ms(values: list) -> tuple[Optional[int], bool]:
+    """The grpc-retry-pushback-ms values of one response, read as gRFC A6
+    says: (delay, False) for one value (repeated or not); (None, True) --
+    "do not retry" -- for a negative, unparsable or too large value, or for
+    values that disagree; (None, False) when there is none."""
+    if not values:
+        return None, False
+    parsed = set()
+    for v in values:
+        s = v.decode("ascii", "replace") if isinstance(v, bytes) else str(v)
+        s = s.strip()
+        if not s.isdigit() or not s.isascii() or int(s) > _U64_MAX:
+            return None, True
+        parsed.add(int(s))
+    if len(parsed) > 1:
+        return None, True
+    return parsed.pop(), False
+
+
 def from_grpc(exc: BaseException) -> Optional[Fields]:
     """A grpc.RpcError: its status name, and RetryInfo (in
-    grpc-status-details-bin) or grpc-retry-pushback-ms as retry_after_ms."""
+    grpc-status-details-bin) or grpc-retry-pushback-ms as retry_after_ms;
+    a pushback that says "do not retry" (gRFC A6) as upstream retryable false."""
     code_fn = getattr(exc, "code", None)
     if not callable(code_fn):
         return None
@@ -59,13 +82,9 @@ def from_grpc(exc: BaseException) -> Optional[Fields]:
     md_fn = getattr(exc, "trailing_metadata", None)
     if callable(md_fn):
         trailers = md_fn() or ()
+    pushback = [value for key, value in trailers if key == "grpc-retry-pushback-ms"]
     for key, value in trailers:
-        if key == "grpc-retry-pushback-ms":
-            try:
-                out["retry_after_ms"] = max(0, int(value))
-            except ValueError:
-                pass
-        elif key == "grpc-status-details-bin":
+        if key == "grpc-status-details-bin":
             from google.rpc import error_details_pb2, status_pb2
 
             st = status_pb2.Status.FromString(value)
@@ -75,6 +94,13 @@ def from_grpc(exc: BaseException) -> Optional[Fields]:
                     d.Unpack(ri)
                     ms = ri.retry_delay.seconds * 1000 + ri.retry_delay.nanos // 1_000_000
                     out["retry_after_ms"] = max(out.get("retry_after_ms", 0), ms)
+    ms, refuse = pushback_ms(pushback)
+    if refuse:
+        # The dependency said "do not retry": its own retry contract says so.
+        out.pop("retry_after_ms", None)
+        out["upstream"] = {"retryable": False}
+    elif ms is not None:
+        out["retry_after_ms"] = max(out.get("retry_after_ms", 0), ms)
     return out
 
 

@@ -19,12 +19,19 @@ public final class Mappers {
     public final String code;
     public final String retryAfter;
     public final Long retryAfterMs;
+    /** The catalog to judge the code by; empty: the client's. */
+    public final String catalog;
 
     public DependencyException(String code, String retryAfter, Long retryAfterMs) {
+      this(code, retryAfter, retryAfterMs, "");
+    }
+
+    public DependencyException(String code, String retryAfter, Long retryAfterMs, String catalog) {
       super("dependency failed: " + code);
       this.code = code;
       this.retryAfter = retryAfter == null ? "" : retryAfter;
       this.retryAfterMs = retryAfterMs;
+      this.catalog = catalog == null ? "" : catalog;
     }
   }
 
@@ -43,7 +50,7 @@ public final class Mappers {
   /** DependencyException, HttpStatusException, then gRPC StatusRuntimeException; null otherwise. */
   public static Failure defaultMapper(Throwable t) {
     if (t instanceof DependencyException d) {
-      return new Failure("", d.code, d.retryAfter, d.retryAfterMs, "", null);
+      return new Failure(d.catalog, d.code, d.retryAfter, d.retryAfterMs, "", null);
     }
     if (t instanceof HttpStatusException h) {
       return fromHttp(h.status, h.headers);
@@ -72,17 +79,45 @@ public final class Mappers {
         header(headers, "X-Request-Id"), null);
   }
 
-  /** A gRPC status: its code name (catalog "grpc"), google.rpc.RetryInfo or grpc-retry-pushback-ms as retryAfterMs. */
+  /** What one response's {@code grpc-retry-pushback-ms} values say (gRFC A6). */
+  public record Pushback(Long ms, boolean doNotRetry) {}
+
+  private static final java.math.BigInteger U64_MAX = java.math.BigInteger.ONE.shiftLeft(64).subtract(java.math.BigInteger.ONE);
+
+  /**
+   * The {@code grpc-retry-pushback-ms} values of one response, read as gRFC A6 does: one value, or the same value
+   * repeated, is a delay; a negative, unparsable or too large value (past 2^63-1 ms, beyond any catalog's cap), or
+   * values that disagree, mean "do not retry"; none: no delay.
+   */
+  public static Pushback pushback(Iterable<String> values) {
+    Long got = null;
+    if (values != null) {
+      for (String raw : values) {
+        String v = raw == null ? "" : raw.trim();
+        if (!v.matches("[0-9]+")) {
+          return new Pushback(null, true);
+        }
+        java.math.BigInteger n = new java.math.BigInteger(v);
+        if (n.compareTo(java.math.BigInteger.valueOf(Long.MAX_VALUE)) > 0 || n.compareTo(U64_MAX) > 0
+            || (got != null && got != n.longValue())) {
+          return new Pushback(null, true);
+        }
+        got = n.longValue();
+      }
+    }
+    return new Pushback(got, false);
+  }
+
+  /**
+   * A gRPC status: its code name (catalog "grpc"), google.rpc.RetryInfo or grpc-retry-pushback-ms as retryAfterMs; a
+   * pushback that says "do not retry" as {@link Failure#noRetry()}.
+   */
   public static Failure fromGrpc(StatusRuntimeException e) {
     Status.Code code = e.getStatus().getCode();
     Long ms = null;
     Metadata md = e.getTrailers();
-    if (md != null) {
-      String pushback = md.get(Metadata.Key.of("grpc-retry-pushback-ms", Metadata.ASCII_STRING_MARSHALLER));
-      if (pushback != null && pushback.matches("\\d+")) {
-        ms = Long.parseLong(pushback);
-      }
-    }
+    Pushback pushback = pushback(md == null ? null
+        : md.getAll(Metadata.Key.of("grpc-retry-pushback-ms", Metadata.ASCII_STRING_MARSHALLER)));
     com.google.rpc.Status st = StatusProto.fromThrowable(e);
     if (st != null) {
       for (com.google.protobuf.Any any : st.getDetailsList()) {
@@ -95,6 +130,12 @@ public final class Mappers {
           }
         }
       }
+    }
+    if (pushback.doNotRetry()) {
+      return new Failure("grpc", code.name(), "", null, "", null, true);
+    }
+    if (pushback.ms() != null && (ms == null || pushback.ms() > ms)) {
+      ms = pushback.ms();
     }
     return new Failure("grpc", code.name(), "", ms, "", null);
   }

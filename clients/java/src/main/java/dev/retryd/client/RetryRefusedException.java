@@ -8,7 +8,7 @@ import dev.retryd.v1.Hold;
  */
 public class RetryRefusedException extends Exception {
   /** Why the loop stopped. */
-  public enum Kind { VERDICT, HELD, DEADLINE, FALLBACK }
+  public enum Kind { VERDICT, HELD, DEADLINE, FALLBACK, REJECTED }
 
   private final Kind kind;
   private final transient Decision decision;

@@ -21,6 +21,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executor;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -217,6 +219,68 @@ public final class RetrydClient implements AutoCloseable {
     return Timestamp.newBuilder().setSeconds(i.getEpochSecond()).setNanos(i.getNano()).build();
   }
 
+  /** retryd's Failure for a mapper's {@link Failure}, as {@link #call} sends it (the adapters share it). */
+  dev.retryd.v1.Failure.Builder failureProto(Failure f, Call<?> call, int attempt, String probe) {
+    dev.retryd.v1.Failure.Builder failure = dev.retryd.v1.Failure.newBuilder()
+        .setCatalog(f.catalog() == null || f.catalog().isEmpty() ? o.catalog : f.catalog())
+        .setCode(f.code() == null ? "" : f.code()).setOperation(call.operation).setMethod(call.method)
+        .setAttempt(attempt).setRetryAfter(f.retryAfter() == null ? "" : f.retryAfter())
+        .setIdempotencyKey(call.idempotencyKey).setIdempotencyKeyEnforced(call.idempotencyKeyEnforced)
+        .setRequestId(f.requestId() == null ? "" : f.requestId()).setTenant(o.tenant).setDependency(o.dependency)
+        .setProbeToken(probe);
+    if (f.retryAfterMs() != null) {
+      failure.setRetryAfterMs(f.retryAfterMs());
+    }
+    if (f.quotaResetsAt() != null) {
+      failure.setQuotaResetsAt(ts(f.quotaResetsAt()));
+    }
+    if (f.noRetry()) {
+      failure.setUpstream(dev.retryd.v1.RetryContract.newBuilder().setRetryable(false));
+    }
+    return failure;
+  }
+
+  /** The blocking stub with the per-RPC timeout applied (the adapters share it). */
+  RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stubWithTimeout() {
+    return stub.withDeadlineAfter(rpcMillis(null), TimeUnit.MILLISECONDS);
+  }
+
+  String catalog() { return o.catalog; }
+  String dependency() { return o.dependency; }
+  String tenant() { return o.tenant; }
+  String locale() { return o.locale; }
+  Fallback fallback() { return o.fallback; }
+
+  /**
+   * {@link #call} on {@code executor}: the future completes with the result, or exceptionally with what
+   * {@code call} throws (a {@link RetryRefusedException}, a {@link RejectedException}, the dependency's unmapped
+   * exception). Cancelling the future interrupts the running loop, which stops at once.
+   */
+  public <T> CompletableFuture<T> callAsync(Call<T> call, Callable<T> fn, Executor executor) {
+    CompletableFuture<T> future = new CompletableFuture<>();
+    java.util.concurrent.atomic.AtomicReference<Thread> runner = new java.util.concurrent.atomic.AtomicReference<>();
+    executor.execute(() -> {
+      runner.set(Thread.currentThread());
+      try {
+        if (!future.isDone()) {
+          future.complete(call(call, fn));
+        }
+      } catch (Throwable t) {
+        future.completeExceptionally(t);
+      } finally {
+        runner.set(null);
+        Thread.interrupted();
+      }
+    });
+    future.whenComplete((v, t) -> {
+      Thread r = runner.get();
+      if (future.isCancelled() && r != null) {
+        r.interrupt();
+      }
+    });
+    return future;
+  }
+
   /**
    * Runs {@code fn} under the loop and returns its result (or a read-back's).
    *
@@ -243,6 +307,10 @@ public final class RetrydClient implements AutoCloseable {
               .setCatalog(o.catalog).setDependency(o.dependency).setTenant(o.tenant).setMethod(call.method)
               .setOperation(call.operation).setAttempt(attempt).build());
         } catch (StatusRuntimeException e) {
+          RejectedException rejected = RejectedException.of(e, null);
+          if (rejected != null) {
+            throw rejected;
+          }
           event(new Event("fallback", attempt, null, Duration.ZERO, "Admit failed: " + e.getStatus()));
           break;
         }
@@ -292,19 +360,7 @@ public final class RetrydClient implements AutoCloseable {
         count(call.method, 2);
         throw error;
       }
-      dev.retryd.v1.Failure.Builder failure = dev.retryd.v1.Failure.newBuilder()
-          .setCatalog(f.catalog() == null || f.catalog().isEmpty() ? o.catalog : f.catalog())
-          .setCode(f.code() == null ? "" : f.code()).setOperation(call.operation).setMethod(call.method)
-          .setAttempt(attempt).setRetryAfter(f.retryAfter() == null ? "" : f.retryAfter())
-          .setIdempotencyKey(call.idempotencyKey).setIdempotencyKeyEnforced(call.idempotencyKeyEnforced)
-          .setRequestId(f.requestId() == null ? "" : f.requestId()).setTenant(o.tenant).setDependency(o.dependency)
-          .setProbeToken(probe);
-      if (f.retryAfterMs() != null) {
-        failure.setRetryAfterMs(f.retryAfterMs());
-      }
-      if (f.quotaResetsAt() != null) {
-        failure.setQuotaResetsAt(ts(f.quotaResetsAt()));
-      }
+      dev.retryd.v1.Failure.Builder failure = failureProto(f, call, attempt, probe);
       if (deadline != null) {
         failure.setDeadline(ts(deadline));
       }
@@ -318,6 +374,10 @@ public final class RetrydClient implements AutoCloseable {
           raw = stub.withDeadlineAfter(rpcMillis(deadline), TimeUnit.MILLISECONDS)
               .classify(ClassifyRequest.newBuilder().setFailure(failure).setLocale(o.locale).build()).getDecision();
         } catch (StatusRuntimeException e) {
+          RejectedException rejected = RejectedException.of(e, error);
+          if (rejected != null) {
+            throw rejected;
+          }
           if (deadline != null && !Instant.now().isBefore(deadline)) {
             throw new RetryRefusedException(RetryRefusedException.Kind.DEADLINE, "the deadline passed while asking retryd", null, null, error);
           }

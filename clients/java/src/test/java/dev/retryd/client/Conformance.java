@@ -88,7 +88,7 @@ public final class Conformance {
     switch (str(e, "kind")) {
       case "code":
         return new Mappers.DependencyException(str(e, "code"), str(e, "retry_after"),
-            e.has("retry_after_ms") ? e.get("retry_after_ms").getAsLong() : null);
+            e.has("retry_after_ms") ? e.get("retry_after_ms").getAsLong() : null, str(e, "catalog"));
       case "http":
         return new Mappers.HttpStatusException(e.get("status").getAsInt(), headers);
       case "grpc": {
@@ -99,7 +99,13 @@ public final class Conformance {
           st.addDetails(Any.pack(RetryInfo.newBuilder().setRetryDelay(com.google.protobuf.Duration.newBuilder()
               .setSeconds(ms / 1000).setNanos((int) (ms % 1000) * 1_000_000)).build()));
         }
-        return StatusProto.toStatusRuntimeException(st.build());
+        Metadata trailers = new Metadata();
+        if (e.has("pushback")) {
+          for (JsonElement v : e.getAsJsonArray("pushback")) {
+            trailers.put(Metadata.Key.of("grpc-retry-pushback-ms", Metadata.ASCII_STRING_MARSHALLER), v.getAsString());
+          }
+        }
+        return StatusProto.toStatusRuntimeException(st.build(), trailers);
       }
       case "envelope":
         return new EnvelopeError(e.get("body").toString(), headers);
@@ -108,16 +114,17 @@ public final class Conformance {
     }
   }
 
-  static List<String> runOne(String addr, String down, JsonObject sc) throws Exception {
+  static List<String> runOne(String addr, String down, String slow, JsonObject sc) throws Exception {
     String name = str(sc, "name");
     String run = Long.toString(System.nanoTime() % 1_000_000_000L);
     String tenant = "t-" + name + "-java-" + run, depName = "d-" + name + "-java-" + run;
-    boolean up = !str(sc, "retryd").equals("down");
+    String mode = str(sc, "retryd").isEmpty() ? "up" : str(sc, "retryd");
+    boolean up = mode.equals("up");
     boolean real = !str(sc, "sleep").equals("record");
     List<Duration> waits = java.util.Collections.synchronizedList(new ArrayList<>());
     AtomicInteger refusals = new AtomicInteger();
     JsonObject c = sc.getAsJsonObject("call");
-    RetrydClient client = RetrydClient.builder(up ? addr : down).catalog(str(c, "catalog")).dependency(depName).tenant(tenant)
+    RetrydClient client = RetrydClient.builder(up ? addr : mode.equals("slow") ? slow : down).catalog(str(c, "catalog")).dependency(depName).tenant(tenant)
         .connectTimeout(Duration.ofMillis(500))
         // Scenarios test the loop, not the 50 ms default (the retryd-down scenarios test the fallback).
         .timeout(Duration.ofSeconds(2))
@@ -163,7 +170,7 @@ public final class Conformance {
     }
     call.toFailure(t -> t instanceof EnvelopeError env ? Mappers.fromEnvelope(env.body, env.headers) : Mappers.defaultMapper(t));
     if (c.has("deadline_ms")) call.timeout(Duration.ofMillis(c.get("deadline_ms").getAsLong()));
-    String result = null, error = null, verdict = "", terminal = "";
+    String result = null, error = null, verdict = "", terminal = "", field = null;
     long t0 = System.nanoTime();
     Thread caller = Thread.currentThread();
     Thread canceller = null;
@@ -174,6 +181,9 @@ public final class Conformance {
     }
     try {
       result = client.call(call, dep::run);
+    } catch (RejectedException e) {
+      error = "rejected";
+      field = e.field();
     } catch (RetryRefusedException e) {
       switch (e.kind()) {
         case HELD -> error = "held";
@@ -220,6 +230,7 @@ public final class Conformance {
       for (JsonElement x : e.getAsJsonArray("verdict_any")) any |= x.getAsString().equals(verdict);
       if (!any) bad.add("verdict " + verdict + " not in " + e.get("verdict_any"));
     }
+    if (e.has("rejected_field") && !e.get("rejected_field").getAsString().equals(field)) bad.add("rejected field " + field);
     if (e.has("terminal_state") && !e.get("terminal_state").getAsString().equals(terminal)) bad.add("terminal_state " + terminal);
     return bad;
   }
@@ -251,6 +262,9 @@ public final class Conformance {
         }
       }
       String down = "127.0.0.1:" + freePort();
+      // A retryd slower than any timeout: it accepts connections (the kernel does, from the backlog) and never answers.
+      ServerSocket slowSocket = new ServerSocket(0, 64, java.net.InetAddress.getLoopbackAddress());
+      String slow = "127.0.0.1:" + slowSocket.getLocalPort();
       long t0 = System.nanoTime();
       ExecutorService pool = Executors.newFixedThreadPool(files.size());
       List<Future<List<String>>> res = new ArrayList<>();
@@ -258,7 +272,7 @@ public final class Conformance {
       for (Path f : files) {
         JsonObject sc = JsonParser.parseString(Files.readString(f)).getAsJsonObject();
         names.add(str(sc, "name"));
-        res.add(pool.submit(() -> runOne(addr, down, sc)));
+        res.add(pool.submit(() -> runOne(addr, down, slow, sc)));
       }
       for (int i = 0; i < files.size(); i++) {
         List<String> bad;
@@ -268,6 +282,10 @@ public final class Conformance {
       }
       pool.shutdown();
       System.out.printf("conformance java: %d passed, %d failed (%.1f s)%n", files.size() - failed, failed, (System.nanoTime() - t0) / 1e9);
+      List<String> adapters = AdapterChecks.run(addr);
+      for (String b : adapters) System.out.println("adapters java: FAIL " + b);
+      System.out.println("adapters java (resilience4j, callAsync): " + (adapters.isEmpty() ? "passed" : "FAILED"));
+      failed += adapters.size();
     } finally {
       server.destroy();
       server.waitFor(10, TimeUnit.SECONDS);
