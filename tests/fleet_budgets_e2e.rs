@@ -434,3 +434,38 @@ async fn one_hostile_report_is_cut_to_the_callers_rate() {
     let d = classify(&mut c, retry("vibecode", "BITRIX_TIMEOUT", "portal-report", "")).await;
     assert_eq!(d.budget.as_ref().map(|b| b.requests), Some(b.requests + 10));
 }
+
+/// Admit's first attempts add budget scopes under the same per-caller
+/// bound as Classify and ReportOutcomes (`--budget-scopes-per-sec-per-caller`):
+/// one caller admitting 200 new dependencies at once adds about the burst
+/// (twice the rate), the rest are refused and counted; every call is still
+/// admitted (the bound is on budget scopes, not on calls).
+#[tokio::test]
+async fn admit_adds_new_scopes_at_the_callers_rate() {
+    let dir = scenarios::setup("b-admit-rate");
+    let mut args = scenarios::server_args(&dir, "memory");
+    args.extend(["--budget-scopes-per-sec-per-caller".to_owned(), "10".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = Server::start(&args);
+    let mut c = s.client().await;
+    let began = std::time::Instant::now();
+    for i in 0..200 {
+        assert!(admit(&mut c, "vibecode", &format!("admit-flood-{i}"), "").await);
+    }
+    let secs = began.elapsed().as_secs_f64();
+    let listed = c
+        .list_budgets(pb::ListBudgetsRequest {
+            limit: 1_000,
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    let added = listed.budgets.len() as f64;
+    // Burst 20, then 10 per second.
+    let bound = 20.0 + 10.0 * secs + 1.0;
+    println!("admit flood: {added} scopes added in {secs:.2} s (bound {bound:.0})");
+    assert!(added >= 20.0 && added <= bound, "added {added}, bound {bound}");
+    let refused = grpc_support::sample(&s.scrape(), "retryd_budget_scopes_refused_total").unwrap_or(0.0);
+    assert_eq!(refused, 200.0 - added, "refused {refused}, added {added}");
+}

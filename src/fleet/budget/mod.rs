@@ -243,16 +243,26 @@ impl Budgets {
         now: UnixMillis,
         hash: &dyn Fn(&str) -> String,
     ) {
-        self.record(
-            rules,
-            scope,
-            Counts {
-                requests: n,
-                retries: 0,
-            },
-            now,
-            hash,
-        );
+        self.deposit_from(rules, scope, n, None, now, hash);
+    }
+
+    /// [`Budgets::deposit`] by `caller` (Admit), held to the caller's
+    /// new-scope rate like Classify and ReportOutcomes: a scope the caller
+    /// may not add now is not budgeted (counted refused).
+    pub fn deposit_from(
+        &self,
+        rules: &[BudgetRule],
+        scope: ScopeOf<'_>,
+        n: u64,
+        caller: Option<&dyn Fn() -> String>,
+        now: UnixMillis,
+        hash: &dyn Fn(&str) -> String,
+    ) {
+        let c = Counts {
+            requests: n,
+            retries: 0,
+        };
+        self.record(rules, scope, c, caller, now, hash);
     }
 
     /// Records `n` first attempts reported by `caller` (ReportOutcomes, the
@@ -291,16 +301,11 @@ impl Budgets {
 
     /// Records one retry (a withdrawal) on every budget of the call's scopes.
     pub fn withdraw(&self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis, hash: &dyn Fn(&str) -> String) {
-        self.record(
-            rules,
-            scope,
-            Counts {
-                requests: 0,
-                retries: 1,
-            },
-            now,
-            hash,
-        );
+        let c = Counts {
+            requests: 0,
+            retries: 1,
+        };
+        self.record(rules, scope, c, None, now, hash);
     }
 
     fn record(
@@ -308,6 +313,7 @@ impl Budgets {
         rules: &[BudgetRule],
         scope: ScopeOf<'_>,
         c: Counts,
+        caller: Option<&dyn Fn() -> String>,
         now: UnixMillis,
         hash: &dyn Fn(&str) -> String,
     ) {
@@ -317,7 +323,7 @@ impl Budgets {
         let mut t = self.lock();
         let who = Newcomer {
             requests: c.requests,
-            caller: None,
+            caller,
             now,
         };
         for rule in rules {
