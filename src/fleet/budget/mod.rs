@@ -26,6 +26,7 @@
 
 pub mod flush;
 mod judge;
+mod lease;
 mod list;
 pub mod reported;
 mod table;
@@ -146,6 +147,10 @@ pub struct Budgets {
     reported: reported::Reported,
     /// New scopes per caller.
     new_scopes: reported::RateTable,
+    /// The flush period, ms.
+    flush_ms: u64,
+    /// Wakes the flush task for a lease (a scope near exhaustion ran low).
+    wake: std::sync::Arc<tokio::sync::Notify>,
 }
 
 fn scope_rate(per_sec: f64) -> reported::RateTable {
@@ -178,6 +183,8 @@ impl Budgets {
             refused: AtomicU64::new(0),
             reported: reported::Reported::new(DEFAULT_REPORTED_PER_SEC),
             new_scopes: scope_rate(DEFAULT_SCOPES_PER_SEC_PER_CALLER),
+            flush_ms: flush_every_ms,
+            wake: std::sync::Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -358,8 +365,20 @@ impl Budgets {
         }
         e.own.add(b, c);
         if self.shared {
-            e.pending.add(b, c);
-            e.dirty = true;
+            let mut c = c;
+            if c.retries > 0 {
+                e.lease.approved = e.lease.approved.saturating_add(1);
+                if e.lease.taken > 0 {
+                    // Approved from the lease: the store counted it when it
+                    // granted the lease.
+                    e.lease.taken -= 1;
+                    c.retries = 0;
+                }
+            }
+            if c != Counts::default() {
+                e.pending.add(b, c);
+                e.dirty = true;
+            }
         }
     }
 

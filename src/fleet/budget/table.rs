@@ -91,6 +91,8 @@ pub(super) struct Entry {
     /// while it was used in the last [`super::READ_BACK_ROUNDS`] rounds).
     pub(super) touched: u64,
     pub(super) last_used: u64,
+    /// Near exhaustion: the slice of the room leased from the store.
+    pub(super) lease: super::lease::Lease,
 }
 
 #[derive(Debug, Default)]
@@ -154,6 +156,7 @@ impl Budgets {
                 dirty: false,
                 touched: 0,
                 last_used: tick,
+                lease: super::lease::Lease::default(),
             })
         });
         if e.rule.window_ms != rule.window_ms {
@@ -163,6 +166,7 @@ impl Budgets {
             e.pending.clear();
             e.inflight.clear();
             e.deferred = Tally::default();
+            e.lease = super::lease::Lease::default();
         }
         e.rule = *rule;
         e.last_used = tick;

@@ -36,18 +36,68 @@ struct Sums(HashMap<String, Window>);
 
 impl Sums {
     fn flush(&mut self, b: &Budgets, now: UnixMillis) {
-        let (keys, batch) = b.take_flush(now);
-        let totals = batch.iter().map(|s: &ScopeFlush| self.apply(s)).collect();
-        b.apply_flush(&keys, Some(FlushReply { replicas: 3, totals }), now);
+        let taken = b.take_flush(now);
+        self.answer(b, taken, now);
     }
 
-    fn apply(&mut self, s: &ScopeFlush) -> Vec<(i64, Counts)> {
+    /// The flush of the leases asked for (the flush task woken).
+    fn flush_leases(&mut self, b: &Budgets, now: UnixMillis) {
+        let taken = b.take_lease_flush(now);
+        self.answer(b, taken, now);
+    }
+
+    fn answer(&mut self, b: &Budgets, (keys, batch): (Vec<String>, Vec<ScopeFlush>), now: UnixMillis) {
+        let mut granted = Vec::new();
+        let totals = batch
+            .iter()
+            .map(|s: &ScopeFlush| {
+                let (g, t) = self.apply(s);
+                granted.push(g);
+                t
+            })
+            .collect();
+        let replicas = 3;
+        b.apply_flush(
+            &keys,
+            Some(FlushReply {
+                replicas,
+                totals,
+                granted,
+            }),
+            now,
+        );
+    }
+
+    /// What Redis does with one scope's flush, the lease script included.
+    fn apply(&mut self, s: &ScopeFlush) -> (u64, Vec<(i64, Counts)>) {
         let w = self.0.entry(s.tag.clone()).or_default();
         for (bucket, c) in &s.deltas {
             w.add(*bucket, *c);
         }
+        let mut grant = 0;
+        if let Some(l) = &s.lease {
+            let back = w.get(l.give_back_bucket);
+            let back = Counts {
+                retries: back.retries.saturating_sub(l.give_back),
+                ..back
+            };
+            if w.get(l.give_back_bucket) != Counts::default() {
+                w.set(l.give_back_bucket, back);
+            }
+            let total = w.total(s.bucket);
+            let base = l.allowance.unwrap_or(total.requests);
+            let allowed = base * u64::from(l.retry_percent) / 100 + l.floor;
+            grant = l.want.min(allowed.saturating_sub(total.retries));
+            w.add(
+                s.bucket,
+                Counts {
+                    requests: 0,
+                    retries: grant,
+                },
+            );
+        }
         let first = s.bucket - (BUCKETS as i64 - 1);
-        (first..=s.bucket).map(|b| (b, w.get(b))).collect()
+        (grant, (first..=s.bucket).map(|b| (b, w.get(b))).collect())
     }
 }
 
