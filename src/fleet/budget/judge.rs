@@ -83,7 +83,13 @@ impl Budgets {
             let room = j.standing.allowed.saturating_sub(j.standing.retries);
             match e.lease.gate(room, k, &mut wake) {
                 Gate::Open => {}
-                Gate::Leased => leased.push(key),
+                Gate::Leased => {
+                    // The view counts every lease granted as retries; what
+                    // this replica holds is room kept for it.
+                    j.standing.exhausted = false;
+                    j.standing.room_at = now;
+                    leased.push(key);
+                }
                 Gate::Empty => {
                     if !j.standing.exhausted {
                         // Room in the fleet, none leased here: the next

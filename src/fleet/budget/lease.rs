@@ -16,7 +16,9 @@
 //! store never grants more than the room: exact up to what was approved
 //! before the switch.
 //!
-//! - Slice: `⌈room / (2 × replicas)⌉` (at least 1); asked again when the
+//! - Slice: `⌈room / (2 × replicas)⌉`, or this replica's retries judged
+//!   near exhaustion since the last periodic flush if more (at least 1,
+//!   at most the room as this replica sees it); asked again when the
 //!   lease falls to half of that, by waking the flush task at once (a
 //!   flush of only the scopes that asked, [`super::Budgets::take_flush`]),
 //!   and at every periodic flush.
@@ -127,6 +129,7 @@ pub(super) fn ask(e: &mut Entry, view: Counts, bucket: i64, replicas: u64, perio
     l.asked = false;
     let mut give_back = 0;
     let back_bucket = l.bucket;
+    let demand = l.demand;
     if periodic {
         let delta = view.retries.saturating_sub(l.seen_retries);
         let mine = u64::from(l.approved).saturating_mul(replicas);
@@ -143,8 +146,13 @@ pub(super) fn ask(e: &mut Entry, view: Counts, bucket: i64, replicas: u64, perio
         l.demand = 0;
         l.dry = false;
     }
+    // A fair share of what is left, or what this replica's retries asked
+    // for since the last periodic flush if more (Doorman gives the busy
+    // more): the store never grants beyond the room either way, and an idle
+    // replica's lease goes back at the next periodic flush.
     let room = rule.allowed(view.requests).saturating_sub(view.retries);
-    let target = room.div_ceil(replicas.max(1).saturating_mul(2)).max(1);
+    let share = room.div_ceil(replicas.max(1).saturating_mul(2));
+    let target = share.max(u64::from(demand).min(room)).max(1);
     l.target = u32::try_from(target).unwrap_or(u32::MAX);
     let want = if l.on && !l.dry {
         target.saturating_sub(u64::from(l.held))
