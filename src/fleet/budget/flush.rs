@@ -156,6 +156,7 @@ impl Budgets {
     pub async fn flush_leases(&self, store: &dyn SharedStore, now: UnixMillis) {
         let (keys, batch) = self.take_lease_flush(now);
         if !batch.is_empty() {
+            metrics::counter!(super::BUDGET_LEASE_FLUSHES_TOTAL).increment(1);
             self.send(store, keys, batch, now).await;
         }
     }

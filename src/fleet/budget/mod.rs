@@ -50,6 +50,9 @@ pub const BUDGET_EXHAUSTED_TOTAL: &str = "retryd_budget_exhausted_total";
 pub const BUDGET_UTILIZATION: &str = "retryd_budget_utilization";
 /// Counter of budget scopes dropped at `--max-budget-scopes`.
 pub const BUDGET_SCOPES_EVICTED_TOTAL: &str = "retryd_budget_scopes_evicted_total";
+/// Counter of round trips to the shared store for leases of budget room
+/// near exhaustion, besides the periodic flush.
+pub const BUDGET_LEASE_FLUSHES_TOTAL: &str = "retryd_budget_lease_flushes_total";
 /// Gauge: 1 while budgets are judged from this replica's counts scaled by
 /// the replica count (the shared store is not answering), else 0.
 pub const BUDGET_FALLBACK: &str = "retryd_budget_fallback";
@@ -75,6 +78,10 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         reported::REPORTED_REQUESTS_CLAMPED_TOTAL,
         "Reported first attempts (ReportOutcomes) cut by --max-reported-requests-per-sec per caller per scope."
+    );
+    metrics::describe_counter!(
+        BUDGET_LEASE_FLUSHES_TOTAL,
+        "Round trips to the shared store asking for leases of budget room near exhaustion (besides the periodic flush)."
     );
     metrics::describe_gauge!(
         BUDGET_FALLBACK,
