@@ -68,27 +68,49 @@ async fn six_hundred_retries_on(n: usize, name: &str) {
     for s in &servers {
         clients.push(s.client().await);
     }
-    for i in 0..1_000 {
-        assert!(admit(&mut clients[i % n], "vibecode", "portal-exact", "").await);
+    // 1 000 first attempts from 10 callers at once, so the whole scenario
+    // stays inside one 10 s window even on a loaded machine.
+    let began = Instant::now();
+    let admits: Vec<_> = (0..10)
+        .map(|t| {
+            let mut c = clients[t % n].clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    assert!(admit(&mut c, "vibecode", "portal-exact", "").await);
+                }
+            })
+        })
+        .collect();
+    for a in admits {
+        a.await.expect("admits");
     }
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let began = Instant::now();
+    let storming = Instant::now();
     let approved = storm(&clients, 4, 600 / n, "portal-exact").await;
-    let took = began.elapsed();
-    // Budget: 20 % × 1 000 + 10/s × 10 s = 300; overshoot ≤ max(2, 2 %) = 6.
-    println!(
-        "{n} replicas: {approved} of 600 retries approved in {took:?} ({:.0} Classify/s per replica; budget 300)",
-        600.0 / n as f64 / took.as_secs_f64()
-    );
-    assert!(took < Duration::from_secs(9), "not one 10 s window: {took:?}");
-    assert!((294..=306).contains(&approved), "approved {approved} of 300");
+    let took = storming.elapsed();
     // What Redis counted is what the fleet may have approved: never more
     // than the budget, once the leases held are handed back (idle replicas
     // give them back at their next flush).
     tokio::time::sleep(Duration::from_millis(400)).await;
     let d = classify(&mut clients[0], retry("vibecode", "BITRIX_TIMEOUT", "portal-exact", "")).await;
     let b = d.budget.as_ref().expect("budgeted");
-    assert!(deferred(&d), "{d:?}");
+    // Budget: 20 % × 1 000 + 10/s × 10 s = 300; overshoot ≤ max(2, 2 %) = 6.
+    let timeouts: usize = servers.iter().map(|s| s.log().matches("timed out").count()).sum();
+    println!(
+        "{n} replicas: {approved} of 600 retries approved in {took:?} ({:.0} Classify/s per replica; budget 300, Redis counted {}, {timeouts} Redis timeouts logged)",
+        600.0 / n as f64 / took.as_secs_f64(),
+        b.retries
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(8),
+        "not one 10 s window: {:?}",
+        began.elapsed()
+    );
+    assert!(
+        (294..=306).contains(&approved),
+        "approved {approved} of 300, Redis counted {}, {timeouts} Redis timeouts logged",
+        b.retries
+    );
     assert_eq!(b.requests, 1_000, "{b:?}");
     assert!(b.retries <= 306 && b.retries >= approved, "{b:?}, approved {approved}");
 }

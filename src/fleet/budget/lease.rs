@@ -16,16 +16,14 @@
 //! store never grants more than the room: exact up to what was approved
 //! before the switch.
 //!
-//! - Slice: `⌈room / (2 × replicas)⌉`, or this replica's retries judged
-//!   near exhaustion since the last periodic flush if more (at least 1,
-//!   at most the room as this replica sees it); asked again when the
+//! - Slice: `⌈room / (2 × replicas)⌉` (at least 1); asked again when the
 //!   lease falls to half of that, by waking the flush task at once (a
 //!   flush of only the scopes that asked, [`super::Budgets::take_flush`]),
 //!   and at every periodic flush.
 //! - The decision never waits for the store: a scope near exhaustion whose
 //!   lease is empty defers the retry (paced like any spent budget), and the
 //!   lease arrives for the retries after it. A lease answer later than the
-//!   Redis lease timeout (50 ms) grants nothing.
+//!   Redis lease timeout (200 ms) grants nothing.
 //! - Unused retries of a lease are handed back at the next periodic flush
 //!   when the scope had no retry judged, the bucket changed, or the scope
 //!   is far from exhaustion again.
@@ -129,7 +127,6 @@ pub(super) fn ask(e: &mut Entry, view: Counts, bucket: i64, replicas: u64, perio
     l.asked = false;
     let mut give_back = 0;
     let back_bucket = l.bucket;
-    let demand = l.demand;
     if periodic {
         let delta = view.retries.saturating_sub(l.seen_retries);
         let mine = u64::from(l.approved).saturating_mul(replicas);
@@ -146,13 +143,12 @@ pub(super) fn ask(e: &mut Entry, view: Counts, bucket: i64, replicas: u64, perio
         l.demand = 0;
         l.dry = false;
     }
-    // A fair share of what is left, or what this replica's retries asked
-    // for since the last periodic flush if more (Doorman gives the busy
-    // more): the store never grants beyond the room either way, and an idle
-    // replica's lease goes back at the next periodic flush.
+    // Half a fair share of what is left: the room drains only as fast as
+    // the fleet approves (a replica that grabbed more would lock room its
+    // callers may never use, and drain it faster than the others' view
+    // of it can follow), and a busy replica asks again sooner.
     let room = rule.allowed(view.requests).saturating_sub(view.retries);
-    let share = room.div_ceil(replicas.max(1).saturating_mul(2));
-    let target = share.max(u64::from(demand).min(room)).max(1);
+    let target = room.div_ceil(replicas.max(1).saturating_mul(2)).max(1);
     l.target = u32::try_from(target).unwrap_or(u32::MAX);
     let want = if l.on && !l.dry {
         target.saturating_sub(u64::from(l.held))

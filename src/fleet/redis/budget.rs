@@ -18,7 +18,7 @@
 //!
 //! A flush made only of lease asks (a replica whose lease ran low) waits
 //! at most [`RedisOptions::lease_timeout`](super::options::RedisOptions)
-//! (50 ms by default) for its answer; past it the lease is not granted and
+//! (200 ms by default) for its answer; past it the lease is not granted and
 //! the scope's retries stay deferred until an answer comes (a grant whose
 //! answer is lost was counted as retries in Redis: the fleet approves less,
 //! never more).

@@ -72,7 +72,7 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(1),
             command_timeout: Duration::from_millis(500),
             probe_timeout: Duration::from_millis(50),
-            lease_timeout: Duration::from_millis(50),
+            lease_timeout: Duration::from_millis(200),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             warn_every: Duration::from_secs(10),
