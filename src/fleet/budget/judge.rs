@@ -3,7 +3,7 @@
 //! the deferrals a replica gives, which withdraw nothing.
 
 use super::lease::Gate;
-use super::table::{Newcomer, Table};
+use super::table::Newcomer;
 use super::{Budgets, Entry, Judged, ScopeOf, utilization};
 use crate::core::budget::{BUCKETS, BudgetRule, Counts, SEEN_WINDOWS, Standing, judge};
 use crate::core::time::UnixMillis;
@@ -28,7 +28,9 @@ impl Budgets {
         let k = self.replicas();
         let mut t = self.lock();
         let mut out = Vec::new();
-        let mut keys = Vec::new();
+        // Near exhaustion approvals come from the lease only (`super::lease`).
+        let gating = self.shared && !fallback;
+        let (mut wake, mut spent, mut leased) = (false, false, Vec::new());
         for rule in rules {
             let Some(key) = scope.key(rule) else { continue };
             if !self.shared && !t.map.contains_key(&key) {
@@ -42,15 +44,33 @@ impl Budgets {
                 caller,
                 now,
             };
-            // Shared: the key again for the lease gate below.
-            let kept = (self.shared && !fallback).then(|| key.clone());
             let Some(e) = self.entry(&mut t, key, rule, scope, hash, who) else {
                 continue;
             };
-            if let Some(standing) = stand(e, now, self.shared, fallback, k) {
+            if let Some(mut standing) = stand(e, now, self.shared, fallback, k) {
                 // A failure judged keeps the scope budgeted.
                 e.seen_ms = e.seen_ms.max(now.0);
-                keys.extend(kept);
+                if gating {
+                    let room = standing.allowed.saturating_sub(standing.retries);
+                    match e.lease.gate(room, k, &mut wake) {
+                        Gate::Open => {}
+                        Gate::Leased => {
+                            // The view counts every lease granted as
+                            // retries; what this replica holds is room kept for it.
+                            standing.exhausted = false;
+                            standing.room_at = now;
+                            leased.push(*rule);
+                        }
+                        Gate::Empty if !standing.exhausted => {
+                            // Room in the fleet, none leased here: the next
+                            // lease is one round trip away.
+                            standing.exhausted = true;
+                            standing.room_at = now.plus_ms(self.flush_ms);
+                        }
+                        Gate::Empty => {}
+                    }
+                }
+                spent |= standing.exhausted;
                 out.push(Judged {
                     rule: *rule,
                     shown: e.shown.clone(),
@@ -59,51 +79,11 @@ impl Budgets {
                 });
             }
         }
-        if self.shared && !fallback {
-            self.gate_leases(&mut t, &keys, &mut out, now, k);
-        }
-        out.sort_by(|a, b| {
-            (b.standing.exhausted, b.standing.room_at, utilization(&b.standing))
-                .partial_cmp(&(a.standing.exhausted, a.standing.room_at, utilization(&a.standing)))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        out
-    }
-
-    /// Near exhaustion, approvals come from the lease only (`super::lease`): a
-    /// scope whose lease is empty is spent for this retry; when none is
-    /// spent, the retry is approved (step 5 approves a retry no budget
-    /// defers) and takes one from each lease it is judged on.
-    fn gate_leases(&self, t: &mut Table, keys: &[String], out: &mut [Judged], now: UnixMillis, k: u64) {
-        let mut wake = false;
-        let mut leased = Vec::new();
-        let mut spent = false;
-        for (key, j) in keys.iter().zip(out.iter_mut()) {
-            let Some(e) = t.map.get_mut(key) else { continue };
-            let room = j.standing.allowed.saturating_sub(j.standing.retries);
-            match e.lease.gate(room, k, &mut wake) {
-                Gate::Open => {}
-                Gate::Leased => {
-                    // The view counts every lease granted as retries; what
-                    // this replica holds is room kept for it.
-                    j.standing.exhausted = false;
-                    j.standing.room_at = now;
-                    leased.push(key);
-                }
-                Gate::Empty => {
-                    if !j.standing.exhausted {
-                        // Room in the fleet, none leased here: the next
-                        // lease is one round trip away.
-                        j.standing.exhausted = true;
-                        j.standing.room_at = now.plus_ms(self.flush_ms);
-                    }
-                }
-            }
-            spent |= j.standing.exhausted;
-        }
         if !spent {
-            for key in leased {
-                if let Some(e) = t.map.get_mut(key) {
+            // Approved (step 5 approves a retry no budget defers): one from
+            // each lease it was judged on.
+            for rule in &leased {
+                if let Some(e) = scope.key(rule).and_then(|key| t.map.get_mut(&key)) {
                     e.lease.take();
                 }
             }
@@ -111,6 +91,12 @@ impl Budgets {
         if wake {
             self.wake.notify_one();
         }
+        out.sort_by(|a, b| {
+            (b.standing.exhausted, b.standing.room_at, utilization(&b.standing))
+                .partial_cmp(&(a.standing.exhausted, a.standing.room_at, utilization(&a.standing)))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        out
     }
 
     /// Records a deferral given on `rule`'s scope of the call (it withdraws
