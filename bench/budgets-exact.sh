@@ -54,6 +54,13 @@ done
 start M memory
 log "replicas ${ADDRS[*]} (redis :$REDIS_PORT), memory baseline $ADDR_M"
 
+# The load generators started since the last call (not the servers).
+JOBS=()
+wait_jobs() {
+  local j
+  for j in "${JOBS[@]}"; do wait "$j"; done
+  JOBS=()
+}
 evals() { redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[=,:]' '$1 == "cmdstat_eval" { print $3 } END { }' | head -1; }
 retry_json() { echo "{\"failure\":{\"catalog\":\"vibecode\",\"code\":\"BITRIX_TIMEOUT\",\"operation\":\"OPERATION_KIND_READ\",\"attempt\":2,\"dependency\":\"$1\"}}"; }
 admit_json() { echo "{\"catalog\":\"vibecode\",\"dependency\":\"$1\",\"attempt\":1}"; }
@@ -67,15 +74,17 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for a in "${ADDRS[@]}"; do
     "$GHZ" --insecure -c 10 --connections 1 -n $((1000 / N)) --call retryd.v1.RetryDecisionService.Admit \
       -d "$(admit_json "$dep")" "$a" >/dev/null &
+    JOBS+=($!)
   done
-  wait
+  wait_jobs
   sleep 0.5
   e0="$(evals)"
   for a in "${ADDRS[@]}"; do
     "$GHZ" --insecure -c 20 --connections 1 --rps "$RATE" -n $((600 / N)) --call retryd.v1.RetryDecisionService.Classify \
       -d "$(retry_json "$dep")" -O json "$a" >"$WORK/r$r-storm-$a.json" &
+    JOBS+=($!)
   done
-  wait
+  wait_jobs
   e1="$(evals)"
   sleep 1
   standing "$dep" >"$WORK/r$r-storm.standing"
@@ -92,12 +101,15 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for a in "${ADDRS[@]}"; do
     "$GHZ" --insecure -c 10 --connections 1 --rps 1000 -z 3s --call retryd.v1.RetryDecisionService.Admit \
       -d "$(admit_json "$dep")" "$a" >/dev/null &
+    JOBS+=($!)
     "$GHZ" --insecure -c 20 --connections 1 --rps "$RATE" -z 3s --call retryd.v1.RetryDecisionService.Classify \
       -d "$(retry_json "$dep")" -O json "$a" >"$WORK/r$r-edge-$a.json" &
+    JOBS+=($!)
   done
   "$GHZ" --insecure -c 20 --connections 1 --rps "$RATE" -z 3s --call retryd.v1.RetryDecisionService.Classify \
     -d "$(retry_json "$dep")" -O json "$ADDR_M" >"$WORK/r$r-edge-memory.json" &
-  wait
+  JOBS+=($!)
+  wait_jobs
   e1="$(evals)"
   c1="$(commands)"
   sleep 1

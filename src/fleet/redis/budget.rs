@@ -94,8 +94,16 @@ pub(super) async fn flush(shared: &Shared, batch: &[ScopeFlush], now: UnixMillis
     let conn = shared.conn.load_full()?;
     let mut conn = (*conn).clone();
     let ns = &shared.opts.namespace;
+    // A flush of lease asks alone is a replica waiting for room: answer
+    // quickly or not at all, and skip the heartbeat (the periodic flush
+    // beats it; the replica count is only read).
+    let leases_only = !batch.is_empty() && batch.iter().all(|s| s.lease.is_some());
     let mut pipes = vec![::redis::pipe()];
-    heartbeat(&mut pipes[0], ns, &shared.origin, now);
+    if leases_only {
+        pipes[0].cmd("ZCARD").arg(replicas_key(ns));
+    } else {
+        heartbeat(&mut pipes[0], ns, &shared.origin, now);
+    }
     let cluster = matches!(conn, super::conn::Conn::Cluster(_));
     for s in batch {
         if cluster {
@@ -104,9 +112,7 @@ pub(super) async fn flush(shared: &Shared, batch: &[ScopeFlush], now: UnixMillis
         let last = pipes.len() - 1;
         scope_cmds(&mut pipes[last], ns, s);
     }
-    // A flush of lease asks alone is a replica waiting for room: answer
-    // quickly or not at all.
-    let timeout = if !batch.is_empty() && batch.iter().all(|s| s.lease.is_some()) {
+    let timeout = if leases_only {
         shared.opts.lease_timeout.min(shared.opts.command_timeout)
     } else {
         shared.opts.command_timeout
