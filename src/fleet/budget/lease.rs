@@ -16,8 +16,8 @@
 //! store never grants more than the room: exact up to what was approved
 //! before the switch.
 //!
-//! - Slice: `⌈room / (2 × replicas)⌉` (at least 1); asked again when the
-//!   lease falls to half of that, by waking the flush task at once (a
+//! - Slice: `⌈room / (2 × replicas)⌉` (at least 1); asked again as soon as
+//!   the lease falls below one slice, by waking the flush task at once (a
 //!   flush of only the scopes that asked, [`super::Budgets::take_flush`]),
 //!   and at every periodic flush.
 //! - The decision never waits for the store: a scope near exhaustion whose
@@ -104,7 +104,9 @@ impl Lease {
         }
         self.on = true;
         self.demand = self.demand.saturating_add(1);
-        if !self.asked && !self.waiting && !self.dry && self.held <= self.target / 2 {
+        // Asked while a slice is still held: the next one is on its way
+        // before this one runs out (a gap defers every retry in it).
+        if !self.asked && !self.waiting && !self.dry && self.held < self.target.max(1) {
             self.asked = true;
             *wake = true;
         }
@@ -150,8 +152,11 @@ pub(super) fn ask(e: &mut Entry, view: Counts, bucket: i64, replicas: u64, perio
     let room = rule.allowed(view.requests).saturating_sub(view.retries);
     let target = room.div_ceil(replicas.max(1).saturating_mul(2)).max(1);
     l.target = u32::try_from(target).unwrap_or(u32::MAX);
-    let want = if l.on && !l.dry {
-        target.saturating_sub(u64::from(l.held))
+    // One more slice while less than one is held: the next is on its way
+    // before this one runs out, and a replica holds under two slices —
+    // together under the room.
+    let want = if l.on && !l.dry && u64::from(l.held) < target {
+        target
     } else {
         0
     };
