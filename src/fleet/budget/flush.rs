@@ -15,6 +15,9 @@
 //! periods (one of theirs before the count reaches Redis, one of its own
 //! before it reads it back), so the proven bound (the property test) is
 //! the retries the fleet counts in two flush periods.
+//! That bound is why a scope near exhaustion leaves this path: its
+//! replicas then approve only from leases of the room ([`super::lease`]),
+//! which a flush asks for (and the flush task is woken to ask at once).
 //!
 //! One more lag: a replica that has never seen a scope (no Admit, no
 //! failure of it through this replica) learns its fleet totals at its next
