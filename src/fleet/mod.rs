@@ -158,7 +158,8 @@ impl Fleet {
                 shared,
                 u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
             )
-            .with_reported_per_sec(config.max_reported_per_sec),
+            .with_reported_per_sec(config.max_reported_per_sec)
+            .with_scopes_per_sec_per_caller(config.budget_scopes_per_sec_per_caller),
         );
         if tokio::runtime::Handle::try_current().is_ok() {
             if shared {
@@ -191,6 +192,20 @@ impl Fleet {
     /// Records `n` first attempts of a call's scopes on `rules`.
     pub fn budget_deposit(&self, rules: &[BudgetRule], scope: budget::ScopeOf<'_>, n: u64, now: UnixMillis) {
         self.budgets.deposit(rules, scope, n, now, &|t| self.hash_tenant(t));
+    }
+
+    /// [`Fleet::budget_deposit`] by `caller` (Admit), who is held to its
+    /// new-scope rate (`--budget-scopes-per-sec-per-caller`).
+    pub fn budget_deposit_from(
+        &self,
+        rules: &[BudgetRule],
+        scope: budget::ScopeOf<'_>,
+        n: u64,
+        caller: &dyn Fn() -> String,
+        now: UnixMillis,
+    ) {
+        self.budgets
+            .deposit_from(rules, scope, n, Some(caller), now, &|t| self.hash_tenant(t));
     }
 
     /// Records `n` first attempts reported by `caller` (one report's count

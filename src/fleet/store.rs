@@ -91,6 +91,29 @@ pub struct ScopeFlush {
     pub bucket: i64,
     /// Counts to add, per bucket.
     pub deltas: Vec<(i64, Counts)>,
+    /// A lease of the scope's remaining room, asked when the scope is near
+    /// exhaustion (`crate::fleet::budget::lease`); taken after `deltas` are added.
+    pub lease: Option<LeaseAsk>,
+}
+
+/// A slice of a scope's remaining room, asked for atomically: the store
+/// grants `min(want, allowed − retries)` over the window ending with the
+/// flush's bucket and counts it as retries at once (Doorman's lease: the
+/// replica then approves up to the grant without another round trip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseAsk {
+    /// Retries wanted (0: only give back).
+    pub want: u64,
+    /// Unused retries of an earlier lease handed back first.
+    pub give_back: u64,
+    /// The bucket the handed-back retries were counted in.
+    pub give_back_bucket: i64,
+    /// The budget's share of first attempts, percent.
+    pub retry_percent: u32,
+    /// The budget's reserve over the window (`BudgetRule::floor`).
+    pub floor: u64,
+    /// An allowance budget's first attempts per window (`None`: traffic budget).
+    pub allowance: Option<u64>,
 }
 
 /// What the store answered.
@@ -100,4 +123,6 @@ pub struct FlushReply {
     pub replicas: u64,
     /// Per scope sent, in order: the fleet's counts per bucket.
     pub totals: Vec<Vec<(i64, Counts)>>,
+    /// Per scope sent, in order: the retries its lease ask was granted (0 without one).
+    pub granted: Vec<u64>,
 }

@@ -223,12 +223,17 @@ impl RetryDecisionService for RetryDecisionApi {
     async fn admit(&self, request: Request<pb::AdmitRequest>) -> Result<Response<pb::AdmitResponse>, Status> {
         let mut span = crate::doors::traces::start("Admit", request.metadata());
         let req = request.get_ref();
+        let caller_name = || {
+            self.operators
+                .caller_of(request.metadata().as_ref(), request.extensions())
+        };
         let ask = AdmitAsk {
             catalog: &req.catalog,
             dependency: &req.dependency,
             tenant: &req.tenant,
             method: &req.method,
             attempt: req.attempt,
+            caller: Some(Caller::Lazy(&caller_name)),
         };
         let result = self
             .service

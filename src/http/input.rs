@@ -126,6 +126,7 @@ impl AdmitJson {
             tenant: self.tenant.as_deref().unwrap_or_default(),
             method: self.method.as_deref().unwrap_or_default(),
             attempt: self.attempt.as_ref().map_or(0, |n| n.0),
+            caller: None,
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::doors::json::{DecisionJson, HoldJson};
 use crate::doors::peers::Operators;
 use crate::doors::render::{Format, render};
 use crate::service::classify::BLOCKING_BATCH;
-use crate::service::holds::HoldFilter;
+use crate::service::holds::{AdmitAsk, HoldFilter};
 use crate::service::{Caller, Service};
 
 /// What the routes serve from: the service, and who counts as an operator.
@@ -231,11 +231,12 @@ fn batch_body(service: &Service, req: &input::BatchJson, now: UnixMillis, caller
 pub async fn admit(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
     call.only_params(&[])?;
     let req = input::parse::<input::AdmitJson>(&call.body)?;
-    let (out, hold) = door
-        .service
-        .admit(req.ask())
-        .await
-        .map_err(|e| ApiError::from_error(&e))?;
+    let caller_name = || door.operators.caller_of(call.headers, call.extensions);
+    let ask = AdmitAsk {
+        caller: Some(door.caller(&caller_name)),
+        ..req.ask()
+    };
+    let (out, hold) = door.service.admit(ask).await.map_err(|e| ApiError::from_error(&e))?;
     Ok(json_response(
         StatusCode::OK,
         &json!({

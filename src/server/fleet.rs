@@ -70,7 +70,7 @@ pub struct FleetArgs {
     /// deposits are not limited (each is one real call).
     #[arg(long, env = "RETRYD_MAX_REPORTED_REQUESTS_PER_SEC", default_value_t = 50_000.0)]
     pub max_reported_requests_per_sec: f64,
-    /// New retry-budget scopes one caller (Classify, ReportOutcomes) may add
+    /// New retry-budget scopes one caller (Classify, ReportOutcomes, Admit) may add
     /// per second (burst twice that); over it the scope is not budgeted for
     /// that call (retryd_budget_scopes_refused_total).
     #[arg(long, env = "RETRYD_BUDGET_SCOPES_PER_SEC_PER_CALLER", default_value_t = 100.0)]

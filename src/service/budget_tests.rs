@@ -77,7 +77,7 @@ impl Run {
     }
 
     fn first_attempts(&self, n: u64, now: UnixMillis) {
-        super::budgets::deposit(&self.policy, &self.fleet, "t", "dep", "", n, now);
+        super::budgets::deposit(&self.policy, &self.fleet, "t", "dep", "", n, None, now);
     }
 
     /// One failure judged at `now`: `None` when approved, else when it is told to return.
@@ -262,7 +262,7 @@ fn a_scope_flood_cannot_reset_a_real_scope() {
         max_budget_scopes: 2_000,
         ..FleetConfig::default()
     });
-    super::budgets::deposit(&policy, &fleet, "t", "dep", "", 1_000, T0);
+    super::budgets::deposit(&policy, &fleet, "t", "dep", "", 1_000, None, T0);
     let names: Vec<String> = (0..120_000).map(|i| format!("flood-{i}.example")).collect();
     for r in 0..120 {
         let now = T0.plus_ms(r * 400 / 120);

@@ -3,6 +3,7 @@
 //! them is step 5 of [`super::decide`].
 
 use super::Service;
+use super::caller::Caller;
 use super::decide::budget_rules;
 use super::error::{Error, check_len};
 use crate::core::{Policy, UnixMillis, limits};
@@ -22,9 +23,20 @@ pub struct BudgetStanding {
     pub judged: Judged,
 }
 
-/// Records `n` first attempts of a call (Admit with attempt ≤ 1, or a
-/// ReportOutcomes count) on the budgets of its catalog.
-pub fn deposit(policy: &Policy, fleet: &Fleet, catalog: &str, dependency: &str, tenant: &str, n: u64, now: UnixMillis) {
+/// Records `n` first attempts of a call (Admit with attempt ≤ 1) on the
+/// budgets of its catalog; `caller`, when the door names one, is held to its
+/// new-scope rate (`--budget-scopes-per-sec-per-caller`).
+#[allow(clippy::too_many_arguments)]
+pub fn deposit(
+    policy: &Policy,
+    fleet: &Fleet,
+    catalog: &str,
+    dependency: &str,
+    tenant: &str,
+    n: u64,
+    caller: Option<Caller<'_>>,
+    now: UnixMillis,
+) {
     let rules = budget_rules(policy, catalog);
     if n == 0 || rules.is_empty() {
         return;
@@ -34,7 +46,10 @@ pub fn deposit(policy: &Policy, fleet: &Fleet, catalog: &str, dependency: &str, 
         dependency,
         tenant,
     };
-    fleet.budget_deposit(rules, scope, n, now);
+    match caller {
+        Some(caller) => fleet.budget_deposit_from(rules, scope, n, &|| caller.name().into_owned(), now),
+        None => fleet.budget_deposit(rules, scope, n, now),
+    }
 }
 
 impl Service {

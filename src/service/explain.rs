@@ -140,6 +140,7 @@ mod tests {
                 tenant: "acme",
                 method: "",
                 attempt: 1,
+                caller: None,
             };
             s.admit(ask).await.expect("admit");
         }

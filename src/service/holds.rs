@@ -85,6 +85,9 @@ pub struct AdmitAsk<'a> {
     pub method: &'a str,
     /// The attempt about to be made (≤ 1: a first attempt, a deposit).
     pub attempt: u32,
+    /// Who asks, when the door knows: a first attempt that adds a budget
+    /// scope is held to the caller's new-scope rate.
+    pub caller: Option<Caller<'a>>,
 }
 
 /// What a ReportOutcomes did with its probe token.
@@ -139,7 +142,7 @@ impl Service {
         let mut out = fleet.admit(catalog, ask.dependency, ask.tenant, ask.method, now).await;
         if out.admitted && ask.attempt <= 1 {
             // A first attempt about to be made: the budget's deposit (a retry never adds to it).
-            deposit(&policy, fleet, catalog, ask.dependency, ask.tenant, 1, now);
+            deposit(&policy, fleet, catalog, ask.dependency, ask.tenant, 1, ask.caller, now);
         }
         // The caller named its own tenant: it sees it in clear.
         let hold = out.hold.take().map(Shown::clear);

@@ -3,5 +3,6 @@
 //! real Redis from tests/redis_support).
 #![allow(dead_code)] // each test crate uses a different part
 
+pub mod budgets;
 pub mod scenarios;
 pub mod trust;

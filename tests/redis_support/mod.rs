@@ -173,6 +173,25 @@ impl RedisServer {
         }
     }
 
+    /// Freezes it (SIGSTOP): connections stay open and nothing answers, as
+    /// a hung Redis would.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused Redis go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let child = self.child.as_ref().expect("running");
+        let pid = libc::pid_t::try_from(child.id()).expect("pid");
+        // SAFETY: kill(2) on our own child's pid; no memory is shared.
+        let r = unsafe { libc::kill(pid, sig) };
+        assert_eq!(r, 0, "signal {sig} to redis-server");
+    }
+
     /// Starts it again on the same port, empty (persistence is off).
     pub fn restart(&mut self) {
         self.relaunch(false);

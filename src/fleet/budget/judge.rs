@@ -2,6 +2,7 @@
 //! this replica's unacknowledged counts, or the Redis-down fallback), and
 //! the deferrals a replica gives, which withdraw nothing.
 
+use super::lease::Gate;
 use super::table::Newcomer;
 use super::{Budgets, Entry, Judged, ScopeOf};
 use crate::core::budget::{BUCKETS, BudgetRule, Counts, SEEN_WINDOWS, Standing, judge};
@@ -27,6 +28,9 @@ impl Budgets {
         let k = self.replicas();
         let mut t = self.lock();
         let mut out = Vec::new();
+        // Near exhaustion approvals come from the lease only (`super::lease`).
+        let gating = self.shared && !fallback;
+        let (mut wake, mut spent, mut leased) = (false, false, Vec::new());
         for rule in rules {
             let Some(key) = scope.key(rule) else { continue };
             if !self.shared && !t.map.contains_key(&key) {
@@ -43,9 +47,17 @@ impl Budgets {
             let Some(e) = self.entry(&mut t, key, rule, scope, hash, who) else {
                 continue;
             };
-            if let Some(standing) = stand(e, now, self.shared, fallback, k) {
+            if let Some(mut standing) = stand(e, now, self.shared, fallback, k) {
                 // A failure judged keeps the scope budgeted.
                 e.seen_ms = e.seen_ms.max(now.0);
+                if gating {
+                    let room = standing.allowed.saturating_sub(standing.retries);
+                    let gate = e.lease.gate(room, k, &mut wake);
+                    if gated(&mut standing, gate, now, self.flush_ms) {
+                        leased.push(*rule);
+                    }
+                }
+                spent |= standing.exhausted;
                 out.push(Judged {
                     rule: *rule,
                     shown: e.shown.clone(),
@@ -53,6 +65,18 @@ impl Budgets {
                     replicas: if self.shared { k } else { 1 },
                 });
             }
+        }
+        if !spent {
+            // Approved (step 5 approves a retry no budget defers): one from
+            // each lease it was judged on.
+            for rule in &leased {
+                if let Some(e) = scope.key(rule).and_then(|key| t.map.get_mut(&key)) {
+                    e.lease.take();
+                }
+            }
+        }
+        if wake {
+            self.wake.notify_one();
         }
         super::list::most_constraining_first(&mut out);
         out
@@ -65,6 +89,30 @@ impl Budgets {
         let mut t = self.lock();
         if let Some(e) = t.map.get_mut(&key) {
             e.deferred.add(rule.bucket_of(now));
+        }
+    }
+}
+
+/// `standing` as its lease `gate` leaves it near exhaustion; true when the
+/// approval would come from the lease.
+pub(super) fn gated(standing: &mut Standing, gate: Gate, now: UnixMillis, flush_ms: u64) -> bool {
+    match gate {
+        Gate::Open => false,
+        Gate::Leased => {
+            // The view counts every lease granted as retries; what this
+            // replica holds is room kept for it.
+            standing.exhausted = false;
+            standing.room_at = now;
+            true
+        }
+        Gate::Empty => {
+            if !standing.exhausted {
+                // Room in the fleet, none leased here: the next lease is
+                // one round trip away.
+                standing.exhausted = true;
+                standing.room_at = now.plus_ms(flush_ms);
+            }
+            false
         }
     }
 }

@@ -56,10 +56,16 @@ impl Budgets {
             .iter()
             .filter_map(|rule| {
                 let e = t.map.get(&scope.key(rule)?)?;
+                let mut standing = stand(e, now, self.shared, fallback, k)?;
+                if self.shared && !fallback {
+                    // Near exhaustion, as the lease would gate it (nothing asked).
+                    let room = standing.allowed.saturating_sub(standing.retries);
+                    super::judge::gated(&mut standing, e.lease.would_gate(room, k), now, self.flush_ms);
+                }
                 Some(Judged {
                     rule: *rule,
                     shown: e.shown.clone(),
-                    standing: stand(e, now, self.shared, fallback, k)?,
+                    standing,
                     replicas: if self.shared { k } else { 1 },
                 })
             })

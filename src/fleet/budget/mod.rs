@@ -26,6 +26,7 @@
 
 pub mod flush;
 mod judge;
+mod lease;
 mod list;
 pub mod reported;
 mod table;
@@ -49,6 +50,9 @@ pub const BUDGET_EXHAUSTED_TOTAL: &str = "retryd_budget_exhausted_total";
 pub const BUDGET_UTILIZATION: &str = "retryd_budget_utilization";
 /// Counter of budget scopes dropped at `--max-budget-scopes`.
 pub const BUDGET_SCOPES_EVICTED_TOTAL: &str = "retryd_budget_scopes_evicted_total";
+/// Counter of round trips to the shared store for leases of budget room
+/// near exhaustion, besides the periodic flush.
+pub const BUDGET_LEASE_FLUSHES_TOTAL: &str = "retryd_budget_lease_flushes_total";
 /// Gauge: 1 while budgets are judged from this replica's counts scaled by
 /// the replica count (the shared store is not answering), else 0.
 pub const BUDGET_FALLBACK: &str = "retryd_budget_fallback";
@@ -74,6 +78,10 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         reported::REPORTED_REQUESTS_CLAMPED_TOTAL,
         "Reported first attempts (ReportOutcomes) cut by --max-reported-requests-per-sec per caller per scope."
+    );
+    metrics::describe_counter!(
+        BUDGET_LEASE_FLUSHES_TOTAL,
+        "Round trips to the shared store asking for leases of budget room near exhaustion (besides the periodic flush)."
     );
     metrics::describe_gauge!(
         BUDGET_FALLBACK,
@@ -146,6 +154,10 @@ pub struct Budgets {
     reported: reported::Reported,
     /// New scopes per caller.
     new_scopes: reported::RateTable,
+    /// The flush period, ms.
+    flush_ms: u64,
+    /// Wakes the flush task for a lease (a scope near exhaustion ran low).
+    wake: std::sync::Arc<tokio::sync::Notify>,
 }
 
 fn scope_rate(per_sec: f64) -> reported::RateTable {
@@ -178,6 +190,8 @@ impl Budgets {
             refused: AtomicU64::new(0),
             reported: reported::Reported::new(DEFAULT_REPORTED_PER_SEC),
             new_scopes: scope_rate(DEFAULT_SCOPES_PER_SEC_PER_CALLER),
+            flush_ms: flush_every_ms,
+            wake: std::sync::Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -243,16 +257,26 @@ impl Budgets {
         now: UnixMillis,
         hash: &dyn Fn(&str) -> String,
     ) {
-        self.record(
-            rules,
-            scope,
-            Counts {
-                requests: n,
-                retries: 0,
-            },
-            now,
-            hash,
-        );
+        self.deposit_from(rules, scope, n, None, now, hash);
+    }
+
+    /// [`Budgets::deposit`] by `caller` (Admit), held to the caller's
+    /// new-scope rate like Classify and ReportOutcomes: a scope the caller
+    /// may not add now is not budgeted (counted refused).
+    pub fn deposit_from(
+        &self,
+        rules: &[BudgetRule],
+        scope: ScopeOf<'_>,
+        n: u64,
+        caller: Option<&dyn Fn() -> String>,
+        now: UnixMillis,
+        hash: &dyn Fn(&str) -> String,
+    ) {
+        let c = Counts {
+            requests: n,
+            retries: 0,
+        };
+        self.record(rules, scope, c, caller, now, hash);
     }
 
     /// Records `n` first attempts reported by `caller` (ReportOutcomes, the
@@ -291,16 +315,11 @@ impl Budgets {
 
     /// Records one retry (a withdrawal) on every budget of the call's scopes.
     pub fn withdraw(&self, rules: &[BudgetRule], scope: ScopeOf<'_>, now: UnixMillis, hash: &dyn Fn(&str) -> String) {
-        self.record(
-            rules,
-            scope,
-            Counts {
-                requests: 0,
-                retries: 1,
-            },
-            now,
-            hash,
-        );
+        let c = Counts {
+            requests: 0,
+            retries: 1,
+        };
+        self.record(rules, scope, c, None, now, hash);
     }
 
     fn record(
@@ -308,6 +327,7 @@ impl Budgets {
         rules: &[BudgetRule],
         scope: ScopeOf<'_>,
         c: Counts,
+        caller: Option<&dyn Fn() -> String>,
         now: UnixMillis,
         hash: &dyn Fn(&str) -> String,
     ) {
@@ -317,7 +337,7 @@ impl Budgets {
         let mut t = self.lock();
         let who = Newcomer {
             requests: c.requests,
-            caller: None,
+            caller,
             now,
         };
         for rule in rules {
@@ -352,8 +372,20 @@ impl Budgets {
         }
         e.own.add(b, c);
         if self.shared {
-            e.pending.add(b, c);
-            e.dirty = true;
+            let mut c = c;
+            if c.retries > 0 {
+                e.lease.approved = e.lease.approved.saturating_add(1);
+                if e.lease.taken > 0 {
+                    // Approved from the lease: the store counted it when it
+                    // granted the lease.
+                    e.lease.taken -= 1;
+                    c.retries = 0;
+                }
+            }
+            if c != Counts::default() {
+                e.pending.add(b, c);
+                e.dirty = true;
+            }
         }
     }
 

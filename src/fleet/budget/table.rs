@@ -1,13 +1,13 @@
 //! The scopes of one replica's budget table, and who may add one.
 //!
-//! A scope costs about 0.8 KiB (measured: `tests/budget_memory.rs`): two
+//! A scope costs about 0.9 KiB (measured: `tests/budget_memory.rs`): two
 //! whole windows (`own`, `fleet`, 168 bytes each), the few buckets not yet
 //! acknowledged by the store as a short list, this replica's deferrals
-//! (48 bytes), and its names. The table is bounded by `--max-budget-scopes`
+//! (48 bytes), its lease (48 bytes), and its names. The table is bounded by `--max-budget-scopes`
 //! and a flood cannot reset real scopes:
 //! - a caller adds at most `--budget-scopes-per-sec-per-caller` new scopes
 //!   per second (burst twice that), when the door knows the caller
-//!   (Classify, ReportOutcomes);
+//!   (Classify, ReportOutcomes, Admit);
 //! - at the cap, the scopes with the fewest first attempts in their window
 //!   go first (the least recently used among equals), an eighth at most at
 //!   once; a new scope whose first attempts are fewer than every scope's in
@@ -91,6 +91,8 @@ pub(super) struct Entry {
     /// while it was used in the last [`super::READ_BACK_ROUNDS`] rounds).
     pub(super) touched: u64,
     pub(super) last_used: u64,
+    /// Near exhaustion: the slice of the room leased from the store.
+    pub(super) lease: super::lease::Lease,
 }
 
 #[derive(Debug, Default)]
@@ -154,6 +156,7 @@ impl Budgets {
                 dirty: false,
                 touched: 0,
                 last_used: tick,
+                lease: super::lease::Lease::default(),
             })
         });
         if e.rule.window_ms != rule.window_ms {
@@ -163,6 +166,7 @@ impl Budgets {
             e.pending.clear();
             e.inflight.clear();
             e.deferred = Tally::default();
+            e.lease = super::lease::Lease::default();
         }
         e.rule = *rule;
         e.last_used = tick;

@@ -36,18 +36,68 @@ struct Sums(HashMap<String, Window>);
 
 impl Sums {
     fn flush(&mut self, b: &Budgets, now: UnixMillis) {
-        let (keys, batch) = b.take_flush(now);
-        let totals = batch.iter().map(|s: &ScopeFlush| self.apply(s)).collect();
-        b.apply_flush(&keys, Some(FlushReply { replicas: 3, totals }), now);
+        let taken = b.take_flush(now);
+        self.answer(b, taken, now);
     }
 
-    fn apply(&mut self, s: &ScopeFlush) -> Vec<(i64, Counts)> {
+    /// The flush of the leases asked for (the flush task woken).
+    fn flush_leases(&mut self, b: &Budgets, now: UnixMillis) {
+        let taken = b.take_lease_flush(now);
+        self.answer(b, taken, now);
+    }
+
+    fn answer(&mut self, b: &Budgets, (keys, batch): (Vec<String>, Vec<ScopeFlush>), now: UnixMillis) {
+        let mut granted = Vec::new();
+        let totals = batch
+            .iter()
+            .map(|s: &ScopeFlush| {
+                let (g, t) = self.apply(s);
+                granted.push(g);
+                t
+            })
+            .collect();
+        let replicas = 3;
+        b.apply_flush(
+            &keys,
+            Some(FlushReply {
+                replicas,
+                totals,
+                granted,
+            }),
+            now,
+        );
+    }
+
+    /// What Redis does with one scope's flush, the lease script included.
+    fn apply(&mut self, s: &ScopeFlush) -> (u64, Vec<(i64, Counts)>) {
         let w = self.0.entry(s.tag.clone()).or_default();
         for (bucket, c) in &s.deltas {
             w.add(*bucket, *c);
         }
+        let mut grant = 0;
+        if let Some(l) = &s.lease {
+            let back = w.get(l.give_back_bucket);
+            let back = Counts {
+                retries: back.retries.saturating_sub(l.give_back),
+                ..back
+            };
+            if w.get(l.give_back_bucket) != Counts::default() {
+                w.set(l.give_back_bucket, back);
+            }
+            let total = w.total(s.bucket);
+            let base = l.allowance.unwrap_or(total.requests);
+            let allowed = base * u64::from(l.retry_percent) / 100 + l.floor;
+            grant = l.want.min(allowed.saturating_sub(total.retries));
+            w.add(
+                s.bucket,
+                Counts {
+                    requests: 0,
+                    retries: grant,
+                },
+            );
+        }
         let first = s.bucket - (BUCKETS as i64 - 1);
-        (first..=s.bucket).map(|b| (b, w.get(b))).collect()
+        (grant, (first..=s.bucket).map(|b| (b, w.get(b))).collect())
     }
 }
 
@@ -192,4 +242,104 @@ proptest! {
         let allowed = rule.allowed(requests);
         prop_assert!(approved <= allowed + 2 * max_round, "approved {approved}, allowed {allowed}, round {max_round}");
     }
+}
+
+/// Replicas that flush every `per_flush` retries each, answering lease asks
+/// at once (the flush task woken): the approved retries of 1 000 first
+/// attempts and 600 retries, and the retries the store counted.
+fn leased_run(n: usize, per_flush: usize) -> (u64, u64) {
+    let rules = [finagle()];
+    let replicas: Vec<Budgets> = (0..n).map(|_| Budgets::new(100, true, 100)).collect();
+    let mut redis = Sums::default();
+    for (i, r) in replicas.iter().enumerate() {
+        r.deposit(
+            &rules,
+            scope("p"),
+            1_000 / n as u64 + u64::from(i < 1_000 % n),
+            T0,
+            &hash,
+        );
+        redis.flush(r, T0);
+    }
+    for r in &replicas {
+        redis.flush(r, T0);
+    }
+    let mut approved = 0;
+    for i in 0..600 {
+        let r = &replicas[i % n];
+        let j = &r.judge(&rules, scope("p"), T0, None, &hash)[0];
+        if !j.standing.exhausted {
+            approved += 1;
+            r.withdraw(&rules, scope("p"), T0, &hash);
+        }
+        redis.flush_leases(r, T0);
+        if (i / n) % per_flush == per_flush - 1 {
+            redis.flush(r, T0);
+        }
+    }
+    for r in &replicas {
+        redis.flush(r, T0);
+    }
+    let counted = redis
+        .0
+        .values()
+        .next()
+        .map_or(0, |w| w.total(finagle().bucket_of(T0)).retries);
+    (approved, counted)
+}
+
+#[test]
+fn near_exhaustion_replicas_approve_from_leases_only() {
+    for (n, per_flush) in [(2, 1), (2, 10), (2, 50), (3, 20), (4, 30)] {
+        let (approved, counted) = leased_run(n, per_flush);
+        println!("{n} replicas, a flush every {per_flush} retries each: {approved} approved, {counted} counted");
+        assert!(
+            (294..=306).contains(&approved),
+            "{n} replicas, a flush every {per_flush}: approved {approved} of 300"
+        );
+        // The store counts every approval once: the view path's and the
+        // leases' (the unused ones handed back by the last flush).
+        assert_eq!(counted, approved, "{n} replicas, a flush every {per_flush}");
+    }
+}
+
+#[test]
+fn an_empty_lease_defers_and_the_fallback_takes_no_lease() {
+    let rules = [finagle()];
+    let b = Budgets::new(10, true, 100);
+    let mut redis = Sums::default();
+    b.deposit(&rules, scope("p"), 100, T0, &hash);
+    redis.flush(&b, T0);
+    // 20 % × 100 + 100 = 120 allowed; the store already counts 119.
+    redis.0.values_mut().for_each(|w| {
+        w.add(
+            finagle().bucket_of(T0),
+            Counts {
+                requests: 0,
+                retries: 119,
+            },
+        )
+    });
+    redis.flush(&b, T0);
+    let j = &b.judge(&rules, scope("p"), T0, None, &hash)[0];
+    assert!(j.standing.exhausted, "1 left, no lease yet: deferred");
+    let (keys, batch) = b.take_lease_flush(T0);
+    assert_eq!(batch.len(), 1, "the flush task is asked for a lease");
+    assert_eq!(batch[0].lease.map(|l| l.want), Some(1));
+    // No answer (Redis hung past the lease timeout): nothing granted.
+    b.apply_flush(&keys, None, T0);
+    assert!(b.judge(&rules, scope("p"), T0, None, &hash)[0].standing.exhausted);
+    redis.flush_leases(&b, T0);
+    let j = &b.judge(&rules, scope("p"), T0, None, &hash)[0];
+    assert!(!j.standing.exhausted, "the lease granted the last one");
+    b.withdraw(&rules, scope("p"), T0, &hash);
+    redis.flush_leases(&b, T0);
+    assert!(b.judge(&rules, scope("p"), T0, None, &hash)[0].standing.exhausted);
+    // The store silent for long: own counts × 3 (1 retry, 100 first
+    // attempts → 300, allowing 160): approved again, without any lease.
+    let later = T0.plus_ms(2_000);
+    b.apply_flush(&b.take_flush(later).0, None, later);
+    let j = &b.judge(&rules, scope("p"), later, None, &hash)[0];
+    assert!(!j.standing.exhausted && j.standing.requests == 300, "{j:?}");
+    assert!(b.take_lease_flush(later).1.is_empty());
 }

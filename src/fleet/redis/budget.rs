@@ -12,8 +12,16 @@
 //! replica's origin id, score: ms), trimmed to the last [`ALIVE_MS`].
 //!
 //! Per flush: `ZADD`, `ZREMRANGEBYSCORE`, `PEXPIRE`, `ZCARD`, then per scope the
-//! `HINCRBY`s of its nonzero deltas, one `HDEL`, one `PEXPIRE` and one
-//! `HGETALL` (scopes with no delta: `HGETALL` alone).
+//! `HINCRBY`s of its nonzero deltas, one `HDEL`, one `PEXPIRE`, an `EVAL`
+//! of [`LEASE_SCRIPT`] when the scope asks for a lease (near exhaustion
+//! only), and one `HGETALL` (scopes with no delta: `HGETALL` alone).
+//!
+//! A flush made only of lease asks (a replica whose lease ran low) waits
+//! at most [`RedisOptions::lease_timeout`](super::options::RedisOptions)
+//! (200 ms by default) for its answer; past it the lease is not granted and
+//! the scope's retries stay deferred until an answer comes (a grant whose
+//! answer is lost was counted as retries in Redis: the fleet approves less,
+//! never more).
 
 use std::collections::HashMap;
 
@@ -37,6 +45,46 @@ pub fn replicas_key(ns: &str) -> String {
     format!("{ns}:budget-replicas")
 }
 
+/// Grants a lease of a scope's room atomically. KEYS[1]: the scope's hash;
+/// ARGV: bucket, buckets per window, retry percent, reserve, allowance (-1:
+/// traffic budget), want, give back, give-back bucket, expiry (ms).
+/// Hands back the unused retries first (never below 0), then grants
+/// `min(want, allowed − retries)` over the window and counts the grant as
+/// retries of the current bucket. Returns the grant.
+pub const LEASE_SCRIPT: &str = r"
+local k = KEYS[1]
+local b, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local back = tonumber(ARGV[7])
+if back > 0 then
+  local f = 'x:' .. ARGV[8]
+  local have = tonumber(redis.call('HGET', k, f) or '0')
+  if have > 0 then
+    redis.call('HSET', k, f, math.max(0, have - back))
+  end
+end
+local want = tonumber(ARGV[6])
+if want <= 0 then return 0 end
+local fields = {}
+for i = b - n + 1, b do
+  fields[#fields + 1] = 'r:' .. i
+  fields[#fields + 1] = 'x:' .. i
+end
+local got = redis.call('HMGET', k, unpack(fields))
+local req, ret = 0, 0
+for i = 1, #got, 2 do
+  req = req + (tonumber(got[i]) or 0)
+  ret = ret + (tonumber(got[i + 1]) or 0)
+end
+local base = tonumber(ARGV[5])
+if base < 0 then base = req end
+local allowed = math.floor(base * tonumber(ARGV[3]) / 100) + tonumber(ARGV[4])
+local grant = math.min(want, allowed - ret)
+if grant <= 0 then return 0 end
+redis.call('HINCRBY', k, 'x:' .. b, grant)
+redis.call('PEXPIRE', k, ARGV[9])
+return grant
+";
+
 /// Sends `batch` and reads the totals back; `None` (counted, warned) when Redis cannot be reached.
 ///
 /// One Redis: one pipeline for everything. A Cluster: a pipeline may not
@@ -46,8 +94,16 @@ pub(super) async fn flush(shared: &Shared, batch: &[ScopeFlush], now: UnixMillis
     let conn = shared.conn.load_full()?;
     let mut conn = (*conn).clone();
     let ns = &shared.opts.namespace;
+    // A flush of lease asks alone is a replica waiting for room: answer
+    // quickly or not at all, and skip the heartbeat (the periodic flush
+    // beats it; the replica count is only read).
+    let leases_only = !batch.is_empty() && batch.iter().all(|s| s.lease.is_some());
     let mut pipes = vec![::redis::pipe()];
-    heartbeat(&mut pipes[0], ns, &shared.origin, now);
+    if leases_only {
+        pipes[0].cmd("ZCARD").arg(replicas_key(ns));
+    } else {
+        heartbeat(&mut pipes[0], ns, &shared.origin, now);
+    }
     let cluster = matches!(conn, super::conn::Conn::Cluster(_));
     for s in batch {
         if cluster {
@@ -56,10 +112,15 @@ pub(super) async fn flush(shared: &Shared, batch: &[ScopeFlush], now: UnixMillis
         let last = pipes.len() - 1;
         scope_cmds(&mut pipes[last], ns, s);
     }
+    let timeout = if leases_only {
+        shared.opts.lease_timeout.min(shared.opts.command_timeout)
+    } else {
+        shared.opts.command_timeout
+    };
     let mut values = Vec::with_capacity(batch.len() + 1);
     for pipe in &pipes {
         let sent = pipe.query_async::<Vec<Value>>(&mut conn);
-        match tokio::time::timeout(shared.opts.command_timeout, sent).await {
+        match tokio::time::timeout(timeout, sent).await {
             Ok(Ok(v)) => values.extend(v),
             Ok(Err(e)) => {
                 shared.failed("flushing retry budgets", &e);
@@ -76,9 +137,18 @@ pub(super) async fn flush(shared: &Shared, batch: &[ScopeFlush], now: UnixMillis
         .next()
         .and_then(|v| ::redis::from_redis_value::<u64>(v).ok())
         .unwrap_or(1);
+    let mut granted = Vec::with_capacity(batch.len());
     let totals = batch
         .iter()
         .map(|s| {
+            let grant = match s.lease {
+                Some(_) => values
+                    .next()
+                    .and_then(|v| ::redis::from_redis_value::<u64>(v).ok())
+                    .unwrap_or(0),
+                None => 0,
+            };
+            granted.push(grant);
             let map = values
                 .next()
                 .and_then(|v| ::redis::from_redis_value::<HashMap<String, u64>>(v).ok())
@@ -86,7 +156,11 @@ pub(super) async fn flush(shared: &Shared, batch: &[ScopeFlush], now: UnixMillis
             parse_totals(&map, s.bucket)
         })
         .collect();
-    Some(FlushReply { replicas, totals })
+    Some(FlushReply {
+        replicas,
+        totals,
+        granted,
+    })
 }
 
 /// This replica's heartbeat, and the count of replicas alive (the one answer).
@@ -134,6 +208,21 @@ fn scope_cmds(pipe: &mut ::redis::Pipeline, ns: &str, s: &ScopeFlush) {
             .arg(&key)
             .arg(s.window_ms.saturating_mul(2))
             .ignore();
+    }
+    if let Some(l) = &s.lease {
+        pipe.cmd("EVAL")
+            .arg(LEASE_SCRIPT)
+            .arg(1)
+            .arg(&key)
+            .arg(s.bucket)
+            .arg(BUCKETS)
+            .arg(l.retry_percent)
+            .arg(l.floor)
+            .arg(l.allowance.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)))
+            .arg(l.want)
+            .arg(l.give_back)
+            .arg(l.give_back_bucket)
+            .arg(s.window_ms.saturating_mul(2));
     }
     pipe.cmd("HGETALL").arg(&key);
 }

@@ -39,7 +39,8 @@
 //! Commands used (for an ACL): EVALSHA/EVAL (scripts that call HMGET,
 //! HSET, DEL, GET, SET, PEXPIREAT, PUBLISH), SET, SCAN, HMGET, SUBSCRIBE,
 //! PING, INFO, CLUSTER NODES; for retry budgets ZADD, ZREMRANGEBYSCORE,
-//! ZCARD, PEXPIRE, HINCRBY, HDEL, HGETALL ([`budget`]). Key layout (Redis Cluster ready, bounded
+//! ZCARD, PEXPIRE, HINCRBY, HDEL, HGETALL, and EVAL of the lease script
+//! (HGET, HSET, HMGET, HINCRBY, PEXPIRE) near exhaustion ([`budget`]). Key layout (Redis Cluster ready, bounded
 //! sizes): see [`keys`].
 
 pub mod budget;

@@ -27,6 +27,10 @@ pub struct RedisOptions {
     pub command_timeout: Duration,
     /// Taking a probe slot (on the Admit path): past it, this replica decides alone.
     pub probe_timeout: Duration,
+    /// A lease of retry-budget room asked by a replica whose lease ran low
+    /// near exhaustion: past it nothing is granted, and the scope's retries
+    /// stay deferred until a lease is granted or the fallback applies.
+    pub lease_timeout: Duration,
     /// First wait before reconnecting; doubles up to `backoff_max`.
     pub backoff_min: Duration,
     /// Longest wait between reconnects.
@@ -68,6 +72,7 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(1),
             command_timeout: Duration::from_millis(500),
             probe_timeout: Duration::from_millis(50),
+            lease_timeout: Duration::from_millis(200),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             warn_every: Duration::from_secs(10),
