@@ -2,7 +2,7 @@
 //! this replica's unacknowledged counts, or the Redis-down fallback), and
 //! the deferrals a replica gives, which withdraw nothing.
 
-use super::lease::Gate;
+use super::lease::gated;
 use super::table::Newcomer;
 use super::{Budgets, Entry, Judged, ScopeOf};
 use crate::core::budget::{BUCKETS, BudgetRule, Counts, SEEN_WINDOWS, Standing, judge};
@@ -89,30 +89,6 @@ impl Budgets {
         let mut t = self.lock();
         if let Some(e) = t.map.get_mut(&key) {
             e.deferred.add(rule.bucket_of(now));
-        }
-    }
-}
-
-/// `standing` as its lease `gate` leaves it near exhaustion; true when the
-/// approval would come from the lease.
-pub(super) fn gated(standing: &mut Standing, gate: Gate, now: UnixMillis, flush_ms: u64) -> bool {
-    match gate {
-        Gate::Open => false,
-        Gate::Leased => {
-            // The view counts every lease granted as retries; what this
-            // replica holds is room kept for it.
-            standing.exhausted = false;
-            standing.room_at = now;
-            true
-        }
-        Gate::Empty => {
-            if !standing.exhausted {
-                // Room in the fleet, none leased here: the next lease is
-                // one round trip away.
-                standing.exhausted = true;
-                standing.room_at = now.plus_ms(flush_ms);
-            }
-            false
         }
     }
 }

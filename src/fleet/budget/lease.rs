@@ -33,7 +33,8 @@
 //!   own counts × the replica count, as before.
 
 use super::Entry;
-use crate::core::budget::{BudgetRule, Counts};
+use crate::core::budget::{BudgetRule, Counts, Standing};
+use crate::core::time::UnixMillis;
 use crate::fleet::store::LeaseAsk;
 
 /// One scope's lease (48 bytes).
@@ -203,4 +204,28 @@ pub(super) fn granted(e: &mut Entry, granted: Option<u64>, bucket: i64) {
     }
     // Nothing left in the store: ask again at the periodic flush only.
     l.dry = granted == Some(0);
+}
+
+/// `standing` as its lease `gate` leaves it near exhaustion; true when the
+/// approval would come from the lease.
+pub(super) fn gated(standing: &mut Standing, gate: Gate, now: UnixMillis, flush_ms: u64) -> bool {
+    match gate {
+        Gate::Open => false,
+        Gate::Leased => {
+            // The view counts every lease granted as retries; what this
+            // replica holds is room kept for it.
+            standing.exhausted = false;
+            standing.room_at = now;
+            true
+        }
+        Gate::Empty => {
+            if !standing.exhausted {
+                // Room in the fleet, none leased here: the next lease is
+                // one round trip away.
+                standing.exhausted = true;
+                standing.room_at = now.plus_ms(flush_ms);
+            }
+            false
+        }
+    }
 }

@@ -60,7 +60,7 @@ impl Budgets {
                 if self.shared && !fallback {
                     // Near exhaustion, as the lease would gate it (nothing asked).
                     let room = standing.allowed.saturating_sub(standing.retries);
-                    super::judge::gated(&mut standing, e.lease.would_gate(room, k), now, self.flush_ms);
+                    super::lease::gated(&mut standing, e.lease.would_gate(room, k), now, self.flush_ms);
                 }
                 Some(Judged {
                     rule: *rule,
