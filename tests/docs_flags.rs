@@ -14,14 +14,9 @@ fn flags_of(cmd: &str) -> Vec<(String, Option<String>)> {
     let mut flags: Vec<(String, Option<String>)> = Vec::new();
     for line in help.lines() {
         let t = line.trim_start();
-        let t = t
-            .strip_prefix("-h, ")
-            .or_else(|| {
-                t.get(4..)
-                    .filter(|_| t.starts_with('-') && t.as_bytes().get(2) == Some(&b','))
-            })
-            .unwrap_or(t);
-        if let Some(rest) = t.strip_prefix("--") {
+        // `--flag …` or `-x, --flag …`: a flag line starts with a dash.
+        let long = t.starts_with('-').then(|| t.find("--").map(|i| &t[i..])).flatten();
+        if let Some(rest) = long.and_then(|l| l.strip_prefix("--")) {
             let name: String = rest
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')

@@ -257,16 +257,22 @@ impl State {
     }
 
     fn remove_id(&mut self, id: &str) -> Option<Hold> {
-        let key = self.by_id.remove(id)?;
-        self.probes.remove(id);
-        let holds = self.by_key.get_mut(&key)?;
-        let i = holds.iter().position(|h| h.id == id)?;
-        let hold = holds.swap_remove(i);
-        if holds.is_empty() {
+        let key = Arc::clone(self.by_id.get(id)?);
+        let holds = self.by_key.get_mut(&key);
+        let hold = holds.and_then(|hs| {
+            let i = hs.iter().position(|h| h.id == id)?;
+            Some(hs.swap_remove(i))
+        });
+        if self.by_key.get(&key).is_some_and(Vec::is_empty) {
             self.by_key.remove(&key);
         }
-        self.index(&hold, false);
-        Some(hold)
+        // Unindexed while `by_id` still holds the shared id: no copy of it.
+        if let Some(h) = &hold {
+            self.index(h, false);
+        }
+        self.by_id.remove(id);
+        self.probes.remove(id);
+        hold
     }
 
     fn len(&self) -> usize {

@@ -88,7 +88,7 @@ pub fn watch_holds(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::
     use futures_util::StreamExt as _;
     call.only_params(&["catalog", "dependency", "dependencies", "tenant"])?;
     let text = |k: &str| call.param(k).unwrap_or_default().to_owned();
-    let mut dependencies: Vec<String> = call
+    let dependencies: Vec<String> = call
         .query
         .iter()
         .filter(|(k, _)| k == "dependency" || k == "dependencies")
@@ -96,7 +96,6 @@ pub fn watch_holds(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::
         .filter(|d| !d.is_empty())
         .map(str::to_owned)
         .collect();
-    dependencies.dedup();
     let filter = WatchFilter {
         catalog: text("catalog"),
         dependencies,

@@ -174,14 +174,12 @@ impl Service {
         caller: Caller<'_>,
         name: impl Fn(&str) -> String,
     ) -> Result<Decided<'a>, Violation> {
-        limits::check(f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))?;
+        check_failure(f, &name)?;
         let decided = match self.fleet.as_deref() {
             Some(fleet) => decide::decide(policy, f, notes, now, &mut Live { fleet, caller }),
             None => decide::decide(policy, f, notes, now, &mut Alone),
         }
-        .map_err(|e| match e {
-            DecideError::UnknownCatalog { .. } => Violation::new(name("catalog"), e.to_string()),
-        })?;
+        .map_err(|e| decide_violation(&e, &name))?;
         if let Some(observer) = &self.observer {
             observer.observe(f, &decided, now);
         }
@@ -199,6 +197,19 @@ impl Service {
         let fresh = Arc::new(DecisionCounters::for_policy(policy));
         f(&fresh);
         self.counters.store(fresh);
+    }
+}
+
+/// The field limits of a failure, violations named by `name` (Classify,
+/// a batch item and explain name them alike).
+pub(super) fn check_failure(f: &Failure<'_>, name: &impl Fn(&str) -> String) -> Result<(), Violation> {
+    limits::check(f).map_err(|FieldViolation { field, description }| Violation::new(name(field), description))
+}
+
+/// The field a decision's error is about, named by `name`.
+pub(super) fn decide_violation(e: &DecideError, name: &impl Fn(&str) -> String) -> Violation {
+    match e {
+        DecideError::UnknownCatalog { .. } => Violation::new(name("catalog"), e.to_string()),
     }
 }
 

@@ -5,13 +5,12 @@
 //! counted, no decision counted, observed or logged.
 
 use super::Service;
-use super::classify::BatchItem;
+use super::classify::{BatchItem, check_failure, decide_violation};
 use super::decide::{self, Alone, Budgeting, Decided, Standing};
 use super::error::{Violation, check_locale};
 use crate::core::budget::BudgetRule;
 use crate::core::hold::{self, Hold, HoldPlan};
-use crate::core::limits::{self, FieldViolation};
-use crate::core::{DecideError, Failure, UnixMillis};
+use crate::core::{Failure, UnixMillis};
 use crate::fleet::Fleet;
 use crate::fleet::budget::{Judged, ScopeOf};
 
@@ -68,8 +67,8 @@ impl Service {
     ) -> Result<R, Violation> {
         check_locale(locale)?;
         let (f, notes) = failure.ok_or_else(|| Violation::new("failure", "is required"))?;
-        limits::check(&f)
-            .map_err(|FieldViolation { field, description }| Violation::new(format!("failure.{field}"), description))?;
+        let name = |field: &str| format!("failure.{field}");
+        check_failure(&f, &name)?;
         let policy = self.policy();
         let (decided, would_place) = match self.fleet.as_deref() {
             Some(fleet) => {
@@ -79,9 +78,7 @@ impl Service {
             }
             None => (decide::decide(&policy, &f, notes, now, &mut Alone), None),
         };
-        let decided = decided.map_err(|e| match e {
-            DecideError::UnknownCatalog { .. } => Violation::new("failure.catalog", e.to_string()),
-        })?;
+        let decided = decided.map_err(|e| decide_violation(&e, &name))?;
         Ok(answer(&Explained { decided, would_place }))
     }
 }
