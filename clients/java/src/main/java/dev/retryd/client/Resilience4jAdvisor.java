@@ -1,10 +1,7 @@
 package dev.retryd.client;
 
-import dev.retryd.v1.AdmitRequest;
-import dev.retryd.v1.AdmitResponse;
 import dev.retryd.v1.ClassifyRequest;
 import dev.retryd.v1.OperationKind;
-import dev.retryd.v1.Verdict;
 import io.github.resilience4j.core.IntervalBiFunction;
 import io.github.resilience4j.retry.Retry;
 import io.github.resilience4j.retry.RetryConfig;
@@ -22,7 +19,8 @@ import java.util.concurrent.ThreadLocalRandom;
  * Deal deal = advisor.call(retry, () -> b24.getDeal(id));
  * }</pre>
  *
- * <p>Each attempt asks Admit (a fleet hold throws {@link RetryRefusedException}, kind {@code HELD}); a failure is
+ * <p>Each attempt is admitted as {@link RetrydClient#call} admits it: from the client's holds mirror with no RPC when
+ * it knows, else by Admit (a fleet hold throws {@link RetryRefusedException}, kind {@code HELD}); a failure is
  * classified, and only {@code retry_with_limit} is retried. A mistake throws {@link RejectedException}. Read-back
  * cannot be expressed in resilience4j, so an advisor serves reads and writes whose idempotency key the dependency
  * enforces; a write of unknown outcome is refused by the constructor, never retried blindly. resilience4j-retry is
@@ -83,24 +81,17 @@ public final class Resilience4jAdvisor {
     int[] attempt = {0};
     return () -> {
       int n = ++attempt[0];
-      try {
-        AdmitResponse r = client.stubWithTimeout().admit(AdmitRequest.newBuilder().setCatalog(client.catalog())
-            .setDependency(client.dependency()).setTenant(client.tenant()).setMethod(call.method)
-            .setOperation(call.operation).setAttempt(n).build());
-        if (!r.getAdmitted()) {
-          throw new RetryRefusedException(RetryRefusedException.Kind.HELD, "held: " + r.getHold().getReason(), null,
-              r.getHold(), null);
-        }
-      } catch (StatusRuntimeException e) {
-        RejectedException rejected = RejectedException.of(e, null);
-        if (rejected != null) {
-          throw rejected;
-        }
-        // retryd unreachable or slow: fail open, as the client does.
+      // The client's admission: its holds mirror when it knows (no RPC), else Admit, failing open.
+      RetrydClient.Gate g = client.gate(call, n, null);
+      if (!g.admitted()) {
+        String reason = g.hold() == null ? "" : g.hold().getReason();
+        throw new RetryRefusedException(RetryRefusedException.Kind.HELD, "held: " + reason, null, g.hold(), null);
       }
       Exception error;
       try {
-        return fn.call();
+        T v = fn.call();
+        client.probeSucceeded(g.probe());
+        return v;
       } catch (Exception e) {
         error = e;
       }
@@ -111,7 +102,7 @@ public final class Resilience4jAdvisor {
       dev.retryd.v1.Decision d;
       try {
         d = client.stubWithTimeout().classify(ClassifyRequest.newBuilder()
-            .setFailure(client.failureProto(f, call, n, "")).setLocale(client.locale()).build()).getDecision();
+            .setFailure(client.failureProto(f, call, n, g.probe())).setLocale(client.locale()).build()).getDecision();
       } catch (StatusRuntimeException e) {
         RejectedException rejected = RejectedException.of(e, error);
         if (rejected != null) {
@@ -122,9 +113,11 @@ public final class Resilience4jAdvisor {
         long top = Math.min(fb.cap().toMillis(), fb.base().toMillis() << Math.min(n - 1, 20));
         throw new Advice(n < fb.maxAttempts(), ThreadLocalRandom.current().nextLong(top + 1), "client_fallback", error);
       }
+      client.learn(d.hasHold() ? d.getHold() : null);
       long lo = d.getRetry().getAfterMs(), hi = Math.max(lo, d.getRetry().getMaxAfterMs());
-      throw new Advice(d.getVerdict() == Verdict.VERDICT_RETRY_WITH_LIMIT,
-          lo + ThreadLocalRandom.current().nextLong(hi - lo + 1), d.getVerdict().name(), error);
+      Verdict verdict = Verdict.of(d.getVerdict());
+      throw new Advice(verdict == Verdict.RETRY_WITH_LIMIT, lo + ThreadLocalRandom.current().nextLong(hi - lo + 1),
+          verdict.word(), error);
     };
   }
 }

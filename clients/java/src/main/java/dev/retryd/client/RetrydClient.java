@@ -4,6 +4,7 @@ import com.google.protobuf.Timestamp;
 import dev.retryd.v1.AdmitRequest;
 import dev.retryd.v1.AdmitResponse;
 import dev.retryd.v1.ClassifyRequest;
+import dev.retryd.v1.Hold;
 import dev.retryd.v1.OperationKind;
 import dev.retryd.v1.OutcomeCount;
 import dev.retryd.v1.ReadBack;
@@ -15,26 +16,29 @@ import io.grpc.StatusRuntimeException;
 import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
 import java.time.Duration;
 import java.time.Instant;
-import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.LongAdder;
 import java.util.function.Consumer;
 import java.util.function.Function;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
 /**
- * Runs calls to a dependency under retryd's retry loop, blocking: Admit before each attempt, the call, batched
- * success reports, Classify of each failure, waits, a read-back before a write is resent, the call's deadline, and
- * a conservative fallback when retryd is unreachable or slow. Interrupting the calling thread stops at once.
+ * Runs calls to a dependency under retryd's retry loop, blocking: admission before each attempt (from the local
+ * holds mirror with no RPC, or Admit when the mirror does not know or at a probe point), the call, batched outcome
+ * reports, Classify of each failure, waits, a read-back before a write is resent, the call's deadline, and a
+ * conservative fallback when retryd is unreachable or slow. Interrupting the calling thread stops at once.
  */
 public final class RetrydClient implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger("dev.retryd.client");
@@ -52,8 +56,15 @@ public final class RetrydClient implements AutoCloseable {
     public static <T> ReadBackResult<T> inconclusive() { return new ReadBackResult<>(ReadBack.READ_BACK_INCONCLUSIVE, null); }
   }
 
-  /** One step of the loop, for logs and traces. */
-  public record Event(String kind, int attempt, Decision decision, Duration waitTime, String detail) {}
+  /**
+   * One step of the loop, for logs and traces. {@code local}: an {@code admit_refused} the holds mirror decided (no
+   * RPC), or a {@code success} it admitted.
+   */
+  public record Event(String kind, int attempt, Decision decision, Duration waitTime, String detail, boolean local) {
+    public Event(String kind, int attempt, Decision decision, Duration waitTime, String detail) {
+      this(kind, attempt, decision, waitTime, detail, false);
+    }
+  }
 
   /** Reads (and writes whose key the dependency enforces) back off, at most maxAttempts; other writes never resend. */
   public record Fallback(int maxAttempts, Duration base, Duration cap) {
@@ -88,6 +99,9 @@ public final class RetrydClient implements AutoCloseable {
     private Fallback fallback = Fallback.DEFAULT;
     private Consumer<Event> hook = e -> { };
     private ManagedChannel channel;
+    private boolean mirror = true;
+    private int maxHolds = 10_000;
+    private MirrorListener mirrorListener = new MirrorListener() { };
 
     Builder(String address) { this.address = address; }
     public Builder catalog(String s) { catalog = s; return this; }
@@ -104,6 +118,15 @@ public final class RetrydClient implements AutoCloseable {
     public Builder hook(Consumer<Event> h) { hook = h; return this; }
     /** A channel of your own (TLS/mTLS: NettyChannelBuilder with sslContext). */
     public Builder channel(ManagedChannel ch) { channel = ch; return this; }
+    /**
+     * The local holds mirror (default on): one WatchHolds stream keeps the holds that can cover this client's calls,
+     * and an attempt no hold covers goes ahead with no RPC. Off: every attempt asks Admit.
+     */
+    public Builder mirror(boolean on) { mirror = on; return this; }
+    /** Most holds the mirror keeps (default 10 000); beyond it the one ending soonest goes and its dependency asks Admit. */
+    public Builder maxHolds(int n) { maxHolds = n; return this; }
+    /** Hears the mirror go stale (watch stream down) and sync again. */
+    public Builder mirrorListener(MirrorListener l) { mirrorListener = l; return this; }
 
     public RetrydClient build() {
       ManagedChannel ch = channel != null ? channel : NettyChannelBuilder.forTarget(address).usePlaintext().build();
@@ -117,13 +140,31 @@ public final class RetrydClient implements AutoCloseable {
   private final ManagedChannel channel;
   private final RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub;
   private final AtomicLong fallbacks = new AtomicLong();
-  private final Map<List<String>, long[]> counts = new HashMap<>();
+  /** Outcome counts per method (catalog, dependency and tenant are the client's): requests, successes, failures. */
+  private final Map<String, long[]> counts = new HashMap<>();
   private final Thread reporter;
+  private final HoldsMirror mirror;
+  private final MirrorWatch watch;
+  private final LongAdder admitRpcs = new LongAdder(), localAdmissions = new LongAdder(),
+      localRefusals = new LongAdder(), reportRpcs = new LongAdder(), reportedRequests = new LongAdder();
+  /**
+   * retryd answered an Admit naming this client's catalog: the mirror admits locally only then, so a mistaken
+   * catalog stays a {@link RejectedException} on every call rather than going unnoticed (WatchHolds does not check it).
+   */
+  private volatile boolean catalogKnown;
 
   private RetrydClient(Builder o, ManagedChannel channel) {
     this.o = o;
     this.channel = channel;
     this.stub = RetryDecisionServiceGrpc.newBlockingStub(channel);
+    // A client with no dependency names no hold's scope: it always asks Admit.
+    if (o.mirror && !o.dependency.isEmpty()) {
+      mirror = new HoldsMirror(o.maxHolds);
+      watch = new MirrorWatch(mirror, RetryDecisionServiceGrpc.newStub(channel), o.mirrorListener);
+    } else {
+      mirror = null;
+      watch = null;
+    }
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     long until = System.nanoTime() + o.connectTimeout.toNanos();
     while (channel.getState(true) != ConnectivityState.READY && System.nanoTime() < until) {
@@ -138,17 +179,22 @@ public final class RetrydClient implements AutoCloseable {
     // per-RPC timeout; one Admit within the connect timeout does it here instead of in the first call.
     if (channel.getState(false) == ConnectivityState.READY) {
       try {
-        stub.withDeadlineAfter(o.connectTimeout.toMillis(), TimeUnit.MILLISECONDS)
-            .admit(AdmitRequest.newBuilder().setCatalog(o.catalog).build());
+        checkCatalog(o.connectTimeout);
       } catch (StatusRuntimeException ignored) {
-        // only the warm-up
+        // only the warm-up: calls meet the error (a rejection, or the fallback)
       }
+    }
+    if (watch != null) {
+      watch.want(List.of(o.dependency), o.tenant.isEmpty() ? List.of() : List.of(o.tenant));
     }
     reporter = new Thread(() -> {
       try {
         while (!Thread.currentThread().isInterrupted()) {
           Thread.sleep(o.reportInterval.toMillis());
           flush(o.timeout);
+          if (mirror != null) {
+            mirror.prune();
+          }
         }
       } catch (InterruptedException ignored) {
         // closing
@@ -164,38 +210,174 @@ public final class RetrydClient implements AutoCloseable {
   /** The generated blocking stub, for the RPCs by hand. */
   public RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub() { return stub; }
 
-  /** Sends the outcome counts not yet reported and closes the channel. */
+  /** Where the holds mirror stands and what it saved (all zero and unsynced with the mirror off). */
+  public MirrorStats stats() {
+    return new MirrorStats(mirror != null && mirror.synced(), mirror != null && mirror.stale(),
+        mirror == null ? 0 : mirror.holds(), admitRpcs.sum(), localAdmissions.sum(), localRefusals.sum(),
+        reportRpcs.sum(), reportedRequests.sum());
+  }
+
+  /**
+   * Declares dependencies and tenants up front (at startup) and waits until the mirror's snapshot covers them: true
+   * then; false at the timeout, with the mirror off, or for names beyond 256 dependencies or 256 tenants (their
+   * calls always ask Admit). This client's own dependency and tenant are watched from {@link Builder#build()}. It
+   * also checks the client's catalog (one Admit naming only it) if no answer has yet: a mistaken catalog throws
+   * {@link RejectedException} here, at startup.
+   */
+  public boolean watch(Collection<String> dependencies, Collection<String> tenants, Duration timeout)
+      throws InterruptedException, RejectedException {
+    if (watch == null) {
+      return false;
+    }
+    if (!catalogKnown) {
+      try {
+        checkCatalog(timeout);
+      } catch (StatusRuntimeException e) {
+        RejectedException rejected = RejectedException.of(e, null);
+        if (rejected != null) {
+          throw rejected;
+        }
+        return false;
+      }
+    }
+    MirrorWatch.Watched w = watch.want(dependencies, tenants);
+    return watch.awaitSynced(w.deps(), w.tenants(), timeout) && w.all();
+  }
+
+  /** An Admit naming only the catalog: loads grpc's classes (a warm-up) and tells whether retryd knows the catalog. */
+  private void checkCatalog(Duration timeout) {
+    admitRpcs.increment();
+    stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS)
+        .admit(AdmitRequest.newBuilder().setCatalog(o.catalog).build());
+    catalogKnown = true;
+  }
+
+  /** Holds in force in the mirror on {@code dependency} (the conformance runner waits on it). */
+  int mirrorHoldsFor(String dependency) {
+    return mirror == null ? 0 : mirror.holdsFor(dependency);
+  }
+
+  /** Sends the outcome counts not yet reported, closes the watch stream and the channel. */
   @Override
   public void close() {
     reporter.interrupt();
+    if (watch != null) {
+      watch.close();
+    }
     flush(Duration.ofSeconds(1));
     channel.shutdown();
   }
 
+  /** Sends the outcome counts not yet reported now (they also go every {@code reportInterval}, and at close). */
+  public void flush() {
+    flush(o.timeout);
+  }
+
   private void count(String method, int i) {
     synchronized (counts) {
-      counts.computeIfAbsent(List.of(o.catalog, o.dependency, o.tenant, method), k -> new long[3])[i]++;
+      counts.computeIfAbsent(method, k -> new long[3])[i]++;
     }
   }
 
   private void flush(Duration timeout) {
     ReportOutcomesRequest.Builder req = ReportOutcomesRequest.newBuilder();
+    long requests = 0;
     synchronized (counts) {
-      for (Map.Entry<List<String>, long[]> e : counts.entrySet()) {
-        List<String> k = e.getKey();
+      for (Map.Entry<String, long[]> e : counts.entrySet()) {
         long[] c = e.getValue();
-        req.addCounts(OutcomeCount.newBuilder().setCatalog(k.get(0)).setDependency(k.get(1)).setTenant(k.get(2))
-            .setMethod(k.get(3)).setRequests(c[0]).setSuccesses(c[1]).setFailures(c[2]));
+        requests += c[0];
+        req.addCounts(OutcomeCount.newBuilder().setCatalog(o.catalog).setDependency(o.dependency).setTenant(o.tenant)
+            .setMethod(e.getKey()).setRequests(c[0]).setSuccesses(c[1]).setFailures(c[2]));
       }
       counts.clear();
     }
     if (req.getCountsCount() == 0) {
       return;
     }
+    reportRpcs.increment();
+    reportedRequests.add(requests);
     try {
       stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).reportOutcomes(req.build());
     } catch (StatusRuntimeException ignored) {
       // counts are advisory
+    }
+  }
+
+  /** Whether an attempt may go: admitted (with Admit's probe token, if any), or refused by a hold until retryAt. */
+  record Gate(boolean admitted, String probe, Hold hold, Instant retryAt, boolean local) {
+    static final Gate LOCAL = new Gate(true, "", null, null, true);
+    static final Gate OPEN = new Gate(true, "", null, null, false);
+  }
+
+  /**
+   * One attempt's admission: the mirror's when it knows (no RPC; a first attempt counted as the deposit Admit would
+   * have made), else Admit, failing open when retryd is unreachable or slow. Holds in Admit's answers go into the
+   * mirror at once. Shared by {@link #call} (so {@link #callAsync}) and {@link Resilience4jAdvisor}.
+   */
+  Gate gate(Call<?> call, int attempt, Instant deadline) throws RejectedException {
+    if (mirror != null && catalogKnown) {
+      HoldsMirror.Admission a = mirror.admission(o.catalog, o.dependency, o.tenant, call.method);
+      if (a == HoldsMirror.ADMIT) {
+        localAdmissions.increment();
+        if (attempt <= 1) {
+          count(call.method, 0);
+        }
+        return Gate.LOCAL;
+      }
+      if (a instanceof HoldsMirror.Refuse r) {
+        localRefusals.increment();
+        return new Gate(false, "", r.hold(), Instant.ofEpochMilli(r.retryAtMillis()), true);
+      }
+    }
+    AdmitResponse r;
+    try {
+      admitRpcs.increment();
+      r = stub.withDeadlineAfter(rpcMillis(deadline), TimeUnit.MILLISECONDS).admit(AdmitRequest.newBuilder()
+          .setCatalog(o.catalog).setDependency(o.dependency).setTenant(o.tenant).setMethod(call.method)
+          .setOperation(call.operation).setAttempt(attempt).build());
+    } catch (StatusRuntimeException e) {
+      RejectedException rejected = RejectedException.of(e, null);
+      if (rejected != null) {
+        throw rejected;
+      }
+      event(new Event("fallback", attempt, null, Duration.ZERO, "Admit failed: " + e.getStatus()));
+      if (attempt <= 1) {
+        count(call.method, 0); // a first attempt retryd's budget did not see
+      }
+      return Gate.OPEN;
+    }
+    catalogKnown = true;
+    Hold hold = r.hasHold() ? r.getHold() : null;
+    learn(hold);
+    if (r.getAdmitted()) {
+      return new Gate(true, r.getProbeToken(), hold, null, false);
+    }
+    Instant retryAt = r.hasRetryAt()
+        ? Instant.ofEpochSecond(r.getRetryAt().getSeconds(), r.getRetryAt().getNanos()) : Instant.now().plusSeconds(1);
+    return new Gate(false, "", hold, retryAt, false);
+  }
+
+  /** Reports a probe's success with its token from Admit (nothing without one). */
+  void probeSucceeded(String probe) {
+    if (probe.isEmpty()) {
+      return;
+    }
+    try {
+      reportRpcs.increment();
+      var r = stub.withDeadlineAfter(o.timeout.toMillis(), TimeUnit.MILLISECONDS).reportOutcomes(
+          ReportOutcomesRequest.newBuilder().setProbeToken(probe).setProbeSucceeded(true).build());
+      if (mirror != null && r.getProbeAccepted() && r.hasHold()) {
+        mirror.forget(r.getHold(), watch.pendingStore()); // the probe's success lifted it
+      }
+    } catch (StatusRuntimeException ignored) {
+      // the probe's hold re-probes
+    }
+  }
+
+  /** A hold from an answer goes into the mirror at once, so a retry right after a failure does not slip through. */
+  void learn(Hold hold) {
+    if (mirror != null && hold != null) {
+      mirror.learn(hold, watch.pendingStore());
     }
   }
 
@@ -290,10 +472,10 @@ public final class RetrydClient implements AutoCloseable {
   public <T> T call(Call<T> call, Callable<T> fn) throws Exception {
     Instant deadline = call.deadline;
     int attempt = 1;
-    count(call.method, 0);
     while (true) {
-      // 1. Admit; retryd unreachable does not stop the call (fail open).
+      // 1. Admission; retryd unreachable does not stop the call (fail open).
       String probe = "";
+      boolean local;
       while (true) {
         if (Thread.interrupted()) {
           throw new InterruptedException();
@@ -301,33 +483,20 @@ public final class RetrydClient implements AutoCloseable {
         if (deadline != null && !Instant.now().isBefore(deadline)) {
           throw new RetryRefusedException(RetryRefusedException.Kind.DEADLINE, "deadline passed", null, null, null);
         }
-        AdmitResponse r;
-        try {
-          r = stub.withDeadlineAfter(rpcMillis(deadline), TimeUnit.MILLISECONDS).admit(AdmitRequest.newBuilder()
-              .setCatalog(o.catalog).setDependency(o.dependency).setTenant(o.tenant).setMethod(call.method)
-              .setOperation(call.operation).setAttempt(attempt).build());
-        } catch (StatusRuntimeException e) {
-          RejectedException rejected = RejectedException.of(e, null);
-          if (rejected != null) {
-            throw rejected;
-          }
-          event(new Event("fallback", attempt, null, Duration.ZERO, "Admit failed: " + e.getStatus()));
+        Gate g = gate(call, attempt, deadline);
+        if (g.admitted()) {
+          probe = g.probe();
+          local = g.local();
           break;
         }
-        if (r.getAdmitted()) {
-          probe = r.getProbeToken();
-          break;
-        }
-        Instant retryAt = r.hasRetryAt()
-            ? Instant.ofEpochSecond(r.getRetryAt().getSeconds(), r.getRetryAt().getNanos()) : Instant.now().plusSeconds(1);
-        Duration wait = Duration.between(Instant.now(), retryAt).plusMillis(10);
+        String reason = g.hold() == null ? "" : g.hold().getReason();
+        Duration wait = Duration.between(Instant.now(), g.retryAt()).plusMillis(10);
         if (wait.isNegative()) {
           wait = Duration.ZERO;
         }
-        event(new Event("admit_refused", attempt, null, wait, r.getHold().getReason()));
+        event(new Event("admit_refused", attempt, null, wait, reason, g.local()));
         if (deadline != null && Instant.now().plus(wait).isAfter(deadline)) {
-          throw new RetryRefusedException(RetryRefusedException.Kind.HELD, "held: " + r.getHold().getReason(), null,
-              r.hasHold() ? r.getHold() : null, null);
+          throw new RetryRefusedException(RetryRefusedException.Kind.HELD, "held: " + reason, null, g.hold(), null);
         }
         event(new Event("wait", attempt, null, wait, "hold"));
         o.sleeper.sleep(wait);
@@ -338,15 +507,8 @@ public final class RetrydClient implements AutoCloseable {
       try {
         T v = fn.call();
         count(call.method, 1);
-        if (!probe.isEmpty()) {
-          try {
-            stub.withDeadlineAfter(o.timeout.toMillis(), TimeUnit.MILLISECONDS).reportOutcomes(
-                ReportOutcomesRequest.newBuilder().setProbeToken(probe).setProbeSucceeded(true).build());
-          } catch (StatusRuntimeException ignored) {
-            // the probe's circuit re-probes
-          }
-        }
-        event(new Event("success", attempt, null, Duration.ZERO, ""));
+        probeSucceeded(probe);
+        event(new Event("success", attempt, null, Duration.ZERO, "", local));
         return v;
       } catch (InterruptedException e) {
         throw e;
@@ -385,8 +547,9 @@ public final class RetrydClient implements AutoCloseable {
           if (!may || attempt >= o.fallback.maxAttempts()) {
             event(new Event("fallback", attempt, null, Duration.ZERO, "Classify failed: " + e.getStatus()));
             String kind = call.operation == OperationKind.OPERATION_KIND_READ ? "read" : "write";
-            Decision d = new Decision("DO_NOT_RETRY", "retryd unavailable (" + e.getStatus()
-                + "); the conservative fallback does not retry this " + kind, "client_fallback/" + kind, "", "", 0, 0, null, null);
+            Decision d = new Decision(Verdict.DO_NOT_RETRY, "retryd unavailable (" + e.getStatus()
+                + "); the conservative fallback does not retry this " + kind, "client_fallback/" + kind, "", "", 0, 0,
+                Strategy.NONE, null, null);
             throw new RetryRefusedException(RetryRefusedException.Kind.FALLBACK, d.reason(), d, null, error);
           }
           long top = Math.min(o.fallback.cap().toNanos(), o.fallback.base().toNanos() << Math.min(attempt - 1, 20));
@@ -395,11 +558,12 @@ public final class RetrydClient implements AutoCloseable {
           break;
         }
         Decision d = Decision.of(raw);
+        learn(d.hold());
         event(new Event("decision", attempt, d, Duration.ZERO, ""));
-        if (d.verdict().equals("ALREADY_APPLIED")) {
+        if (d.verdict() == Verdict.ALREADY_APPLIED) {
           return readBackValue;
         }
-        if (d.verdict().equals("STATE_VERIFICATION_REQUIRED") && call.readBack != null
+        if (d.verdict() == Verdict.STATE_VERIFICATION_REQUIRED && call.readBack != null
             && failure.getReadBack() == ReadBack.READ_BACK_UNSPECIFIED) {
           ReadBackResult<T> rb = call.readBack.call();
           failure.setReadBack(rb.state());
@@ -409,9 +573,9 @@ public final class RetrydClient implements AutoCloseable {
           event(new Event("read_back", attempt, null, Duration.ZERO, rb.state().name()));
           continue;
         }
-        if (!d.verdict().equals("RETRY_WITH_LIMIT")) {
-          throw new RetryRefusedException(RetryRefusedException.Kind.VERDICT,
-              d.verdict().toLowerCase() + ": " + d.reason(), d, null, error);
+        if (d.verdict() != Verdict.RETRY_WITH_LIMIT) {
+          throw new RetryRefusedException(RetryRefusedException.Kind.VERDICT, d.verdict() + ": " + d.reason(), d, null,
+              error);
         }
         long hi = Math.max(d.afterMs(), d.maxAfterMs());
         wait = Duration.ofMillis(d.afterMs() + ThreadLocalRandom.current().nextLong(hi - d.afterMs() + 1));

@@ -150,26 +150,44 @@ public final class Conformance {
           var holds = s.listHolds(ListHoldsRequest.newBuilder().setTenant(tenant).setDependency(depName).build()).getHoldsList();
           if (holds.isEmpty()) return List.of("setup: no hold to release");
           for (Hold h : holds) s.releaseHold(ReleaseHoldRequest.newBuilder().setId(h.getId()).build());
+          // The release reaches the mirror as a LIFTED event a moment after ReleaseHold answers; a call made in
+          // that window is refused by the mirror as it would have been a moment before. The scenario tests the
+          // call after the release, so it waits (<= 3 s) for the mirror to see it.
+          if (!waitFor(() -> client.mirrorHoldsFor(depName) == 0)) return List.of("setup: the release never reached the mirror");
+        }
+        if (st.has("mirror_sync")) {
+          if (!client.watch(List.of(depName), List.of(tenant), Duration.ofSeconds(3))) return List.of("setup: mirror not synced in 3 s");
+        }
+        if (st.has("wait_mirror_holds")) {
+          int min = st.getAsJsonObject("wait_mirror_holds").get("min").getAsInt();
+          if (!waitFor(() -> client.mirrorHoldsFor(depName) >= min)) {
+            return List.of("setup: mirror holds " + client.mirrorHoldsFor(depName) + " < " + min + " after 3 s");
+          }
         }
       }
     }
     Dep dep = new Dep(sc);
-    RetrydClient.Call<String> call = switch (str(c, "operation")) {
-      case "read" -> RetrydClient.Call.read(str(c, "method"));
-      default -> RetrydClient.Call.write(str(c, "method"));
+    java.util.function.Supplier<RetrydClient.Call<String>> makeCall = () -> {
+      RetrydClient.Call<String> call = switch (str(c, "operation")) {
+        case "read" -> RetrydClient.Call.read(str(c, "method"));
+        default -> RetrydClient.Call.write(str(c, "method"));
+      };
+      if (c.has("idempotency_key")) call.idempotencyKey(str(c, "idempotency_key"), bool(c, "idempotency_key_enforced"));
+      if (c.has("read_back")) {
+        call.readBack(() -> {
+          synchronized (dep) {
+            dep.readBacks++;
+            if (str(c, "read_back").equals("inconclusive")) return RetrydClient.ReadBackResult.inconclusive();
+            return dep.effects > 0 ? RetrydClient.ReadBackResult.present("found") : RetrydClient.ReadBackResult.absent();
+          }
+        });
+      }
+      call.toFailure(t -> t instanceof EnvelopeError env ? Mappers.fromEnvelope(env.body, env.headers) : Mappers.defaultMapper(t));
+      if (c.has("deadline_ms")) call.timeout(Duration.ofMillis(c.get("deadline_ms").getAsLong()));
+      return call;
     };
-    if (c.has("idempotency_key")) call.idempotencyKey(str(c, "idempotency_key"), bool(c, "idempotency_key_enforced"));
-    if (c.has("read_back")) {
-      call.readBack(() -> {
-        synchronized (dep) {
-          dep.readBacks++;
-          if (str(c, "read_back").equals("inconclusive")) return RetrydClient.ReadBackResult.inconclusive();
-          return dep.effects > 0 ? RetrydClient.ReadBackResult.present("found") : RetrydClient.ReadBackResult.absent();
-        }
-      });
-    }
-    call.toFailure(t -> t instanceof EnvelopeError env ? Mappers.fromEnvelope(env.body, env.headers) : Mappers.defaultMapper(t));
-    if (c.has("deadline_ms")) call.timeout(Duration.ofMillis(c.get("deadline_ms").getAsLong()));
+    int repeat = c.has("repeat") ? c.get("repeat").getAsInt() : 1;
+    MirrorStats before = client.stats();
     String result = null, error = null, verdict = "", terminal = "", field = null;
     long t0 = System.nanoTime();
     Thread caller = Thread.currentThread();
@@ -179,29 +197,41 @@ public final class Conformance {
       canceller = new Thread(() -> { try { Thread.sleep(ms); caller.interrupt(); } catch (InterruptedException ignored) { } });
       canceller.start();
     }
-    try {
-      result = client.call(call, dep::run);
-    } catch (RejectedException e) {
-      error = "rejected";
-      field = e.field();
-    } catch (RetryRefusedException e) {
-      switch (e.kind()) {
-        case HELD -> error = "held";
-        case DEADLINE -> error = "deadline_exceeded";
-        case FALLBACK -> error = "fallback";
-        default -> { error = "retry_refused"; verdict = e.decision().verdict(); terminal = e.decision().terminalState(); }
+    for (int i = 0; i < repeat; i++) {
+      result = null;
+      error = null;
+      try {
+        result = client.call(makeCall.get(), dep::run);
+      } catch (RejectedException e) {
+        error = "rejected";
+        field = e.field();
+      } catch (RetryRefusedException e) {
+        switch (e.kind()) {
+          case HELD -> error = "held";
+          case DEADLINE -> error = "deadline_exceeded";
+          case FALLBACK -> error = "fallback";
+          default -> { error = "retry_refused"; verdict = e.decision().verdict().name(); terminal = e.decision().terminalState(); }
+        }
+      } catch (InterruptedException e) {
+        error = "cancelled";
+      } catch (Exception e) {
+        error = "unmapped";
       }
-    } catch (InterruptedException e) {
-      error = "cancelled";
-    } catch (Exception e) {
-      error = "unmapped";
     }
     long elapsedMs = (System.nanoTime() - t0) / 1_000_000;
     if (canceller != null) canceller.join();
     Thread.interrupted();
     client.close();
+    MirrorStats after = client.stats();
     JsonObject e = sc.getAsJsonObject("expect");
     List<String> bad = new ArrayList<>();
+    long admits = after.admitRpcs() - before.admitRpcs(), localRefusals = after.localRefusals() - before.localRefusals();
+    long reports = after.reportRpcs() - before.reportRpcs(), reported = after.reportedRequests() - before.reportedRequests();
+    if (e.has("admit_rpcs_max") && admits > e.get("admit_rpcs_max").getAsLong()) bad.add("admit RPCs " + admits + " > " + e.get("admit_rpcs_max"));
+    if (e.has("admit_rpcs_min") && admits < e.get("admit_rpcs_min").getAsLong()) bad.add("admit RPCs " + admits + " < " + e.get("admit_rpcs_min"));
+    if (e.has("local_refusals_min") && localRefusals < e.get("local_refusals_min").getAsLong()) bad.add("local refusals " + localRefusals + " < " + e.get("local_refusals_min"));
+    if (e.has("report_rpcs_max") && reports > e.get("report_rpcs_max").getAsLong()) bad.add("report RPCs " + reports + " > " + e.get("report_rpcs_max"));
+    if (e.has("reported_requests") && reported != e.get("reported_requests").getAsLong()) bad.add("reported requests " + reported + " != " + e.get("reported_requests"));
     double waitMs = waits.stream().mapToDouble(d -> d.toNanos() / 1e6).sum();
     if (e.has("runs") && dep.runs != e.get("runs").getAsInt()) bad.add("runs " + dep.runs + " != " + e.get("runs"));
     if (e.has("runs_min") && dep.runs < e.get("runs_min").getAsInt()) bad.add("runs " + dep.runs + " < " + e.get("runs_min"));
@@ -233,6 +263,16 @@ public final class Conformance {
     if (e.has("rejected_field") && !e.get("rejected_field").getAsString().equals(field)) bad.add("rejected field " + field);
     if (e.has("terminal_state") && !e.get("terminal_state").getAsString().equals(terminal)) bad.add("terminal_state " + terminal);
     return bad;
+  }
+
+  /** Polls {@code cond} every 5 ms for at most 3 s. */
+  static boolean waitFor(java.util.function.BooleanSupplier cond) throws InterruptedException {
+    long until = System.nanoTime() + 3_000_000_000L;
+    while (!cond.getAsBoolean()) {
+      if (System.nanoTime() > until) return false;
+      Thread.sleep(5);
+    }
+    return true;
   }
 
   static int freePort() throws Exception {
