@@ -267,7 +267,11 @@ public final class Conformance {
 
   /** Polls {@code cond} every 5 ms for at most 3 s. */
   static boolean waitFor(java.util.function.BooleanSupplier cond) throws InterruptedException {
-    long until = System.nanoTime() + 3_000_000_000L;
+    return waitFor(cond, Duration.ofSeconds(3));
+  }
+
+  static boolean waitFor(java.util.function.BooleanSupplier cond, Duration limit) throws InterruptedException {
+    long until = System.nanoTime() + limit.toNanos();
     while (!cond.getAsBoolean()) {
       if (System.nanoTime() > until) return false;
       Thread.sleep(5);
@@ -326,6 +330,11 @@ public final class Conformance {
       for (String b : adapters) System.out.println("adapters java: FAIL " + b);
       System.out.println("adapters java (resilience4j, callAsync): " + (adapters.isEmpty() ? "passed" : "FAILED"));
       failed += adapters.size();
+      List<String> mirror = new ArrayList<>(MirrorChecks.rules());
+      mirror.addAll(MirrorChecks.live(addr, bin));
+      for (String b : mirror) System.out.println("mirror java: FAIL " + b);
+      System.out.println("mirror java (rules, callAsync, widening, stale and synced across a restart): " + (mirror.isEmpty() ? "passed" : "FAILED"));
+      failed += mirror.size();
     } finally {
       server.destroy();
       server.waitFor(10, TimeUnit.SECONDS);
