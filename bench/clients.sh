@@ -14,4 +14,27 @@ pid=$!
 trap 'kill "$pid"; wait "$pid" 2>/dev/null' EXIT
 until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.1; done
 echo "retryd: $bin"
-(cd "$root/clients/go" && GOFLAGS="${GOFLAGS:-} -buildvcs=false" go run ./cmd/bench -addr "127.0.0.1:$port" "$@")
+[[ "${BENCH_GO:-1}" == 0 ]] || (cd "$root/clients/go" && GOFLAGS="${GOFLAGS:-} -buildvcs=false" go run ./cmd/bench -addr "127.0.0.1:$port" "$@")
+
+# --- Java (clients/java): JMH sample time, a no-op through client.call (holds mirror synced, no hold in force)
+# against the no-op called bare; the median is over every sampled call (hundreds of thousands). The mirror-off
+# line (one Admit RPC per call) is for reference. BENCH_JAVA=0 skips it.
+if [[ "${BENCH_JAVA:-1}" != 0 ]]; then
+  (cd "$root/clients/java" && mvn -q -B test-compile dependency:build-classpath -Dmdep.outputFile=target/classpath.txt >/dev/null)
+  jcp="$(cat "$root/clients/java/target/classpath.txt"):$root/clients/java/target/classes:$root/clients/java/target/test-classes"
+  jout="$(mktemp)"
+  java -cp "$jcp" org.openjdk.jmh.Main 'dev.retryd.client.bench.ClientBench' -p "addr=127.0.0.1:$port" \
+    -rf json -rff "$jout" >"$jout.log" 2>&1 || { cat "$jout.log"; exit 1; }
+  grep 'mirrored client:' "$jout.log" || true
+  python3 - "$jout" <<'PY'
+import json, sys
+runs = {r["benchmark"].rsplit(".", 1)[1]: r["primaryMetric"] for r in json.load(open(sys.argv[1]))}
+def p50(name): return runs[name]["scorePercentiles"]["50.0"]
+def n(name): return sum(c for it in runs[name]["rawDataHistogram"] for fork in [it] for hist in fork for _, c in hist)
+bare, mirror, off = p50("bare"), p50("clientMirror"), p50("clientMirrorOff")
+print(f"java: bare no-op         median {bare:9.0f} ns  ({n('bare')} sampled calls)")
+print(f"java: client.call mirror median {mirror:9.0f} ns  ({n('clientMirror')} sampled calls): adds {(mirror - bare) / 1000:.2f} us (target <= 5 us)")
+print(f"java: client.call no mirror (one Admit RPC per call) median {off / 1000:.1f} us ({n('clientMirrorOff')} sampled calls)")
+PY
+  rm -f "$jout" "$jout.log"
+fi

@@ -82,7 +82,7 @@ public final class Resilience4jAdvisor {
     return () -> {
       int n = ++attempt[0];
       // The client's admission: its holds mirror when it knows (no RPC), else Admit, failing open.
-      RetrydClient.Gate g = client.gate(call, n, null);
+      Gatekeeper.Gate g = client.gate(call, n, null);
       if (!g.admitted()) {
         String reason = g.hold() == null ? "" : g.hold().getReason();
         throw new RetryRefusedException(RetryRefusedException.Kind.HELD, "held: " + reason, null, g.hold(), null);

@@ -1,14 +1,10 @@
 package dev.retryd.client;
 
 import com.google.protobuf.Timestamp;
-import dev.retryd.v1.AdmitRequest;
-import dev.retryd.v1.AdmitResponse;
 import dev.retryd.v1.ClassifyRequest;
 import dev.retryd.v1.Hold;
 import dev.retryd.v1.OperationKind;
-import dev.retryd.v1.OutcomeCount;
 import dev.retryd.v1.ReadBack;
-import dev.retryd.v1.ReportOutcomesRequest;
 import dev.retryd.v1.RetryDecisionServiceGrpc;
 import io.grpc.ConnectivityState;
 import io.grpc.ManagedChannel;
@@ -17,18 +13,13 @@ import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.Collection;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
 import java.util.Optional;
-import java.util.Set;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.atomic.LongAdder;
 import java.util.function.Consumer;
 import java.util.function.Function;
 import java.util.logging.Level;
@@ -140,31 +131,15 @@ public final class RetrydClient implements AutoCloseable {
   private final ManagedChannel channel;
   private final RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub;
   private final AtomicLong fallbacks = new AtomicLong();
-  /** Outcome counts per method (catalog, dependency and tenant are the client's): requests, successes, failures. */
-  private final Map<String, long[]> counts = new HashMap<>();
   private final Thread reporter;
-  private final HoldsMirror mirror;
-  private final MirrorWatch watch;
-  private final LongAdder admitRpcs = new LongAdder(), localAdmissions = new LongAdder(),
-      localRefusals = new LongAdder(), reportRpcs = new LongAdder(), reportedRequests = new LongAdder();
-  /**
-   * retryd answered an Admit naming this client's catalog: the mirror admits locally only then, so a mistaken
-   * catalog stays a {@link RejectedException} on every call rather than going unnoticed (WatchHolds does not check it).
-   */
-  private volatile boolean catalogKnown;
+  private final Gatekeeper keeper;
 
   private RetrydClient(Builder o, ManagedChannel channel) {
     this.o = o;
     this.channel = channel;
     this.stub = RetryDecisionServiceGrpc.newBlockingStub(channel);
-    // A client with no dependency names no hold's scope: it always asks Admit.
-    if (o.mirror && !o.dependency.isEmpty()) {
-      mirror = new HoldsMirror(o.maxHolds);
-      watch = new MirrorWatch(mirror, RetryDecisionServiceGrpc.newStub(channel), o.mirrorListener);
-    } else {
-      mirror = null;
-      watch = null;
-    }
+    this.keeper = new Gatekeeper(stub, RetryDecisionServiceGrpc.newStub(channel), o.catalog, o.dependency, o.tenant,
+        o.mirror, o.maxHolds, o.mirrorListener);
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     long until = System.nanoTime() + o.connectTimeout.toNanos();
     while (channel.getState(true) != ConnectivityState.READY && System.nanoTime() < until) {
@@ -179,22 +154,18 @@ public final class RetrydClient implements AutoCloseable {
     // per-RPC timeout; one Admit within the connect timeout does it here instead of in the first call.
     if (channel.getState(false) == ConnectivityState.READY) {
       try {
-        checkCatalog(o.connectTimeout);
+        keeper.checkCatalog(o.connectTimeout);
       } catch (StatusRuntimeException ignored) {
         // only the warm-up: calls meet the error (a rejection, or the fallback)
       }
     }
-    if (watch != null) {
-      watch.want(List.of(o.dependency), o.tenant.isEmpty() ? List.of() : List.of(o.tenant));
-    }
+    keeper.startWatch();
     reporter = new Thread(() -> {
       try {
         while (!Thread.currentThread().isInterrupted()) {
           Thread.sleep(o.reportInterval.toMillis());
-          flush(o.timeout);
-          if (mirror != null) {
-            mirror.prune();
-          }
+          keeper.flush(o.timeout);
+          keeper.prune();
         }
       } catch (InterruptedException ignored) {
         // closing
@@ -211,11 +182,7 @@ public final class RetrydClient implements AutoCloseable {
   public RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub() { return stub; }
 
   /** Where the holds mirror stands and what it saved (all zero and unsynced with the mirror off). */
-  public MirrorStats stats() {
-    return new MirrorStats(mirror != null && mirror.synced(), mirror != null && mirror.stale(),
-        mirror == null ? 0 : mirror.holds(), admitRpcs.sum(), localAdmissions.sum(), localRefusals.sum(),
-        reportRpcs.sum(), reportedRequests.sum());
-  }
+  public MirrorStats stats() { return keeper.stats(); }
 
   /**
    * Declares dependencies and tenants up front (at startup) and waits until the mirror's snapshot covers them: true
@@ -226,160 +193,38 @@ public final class RetrydClient implements AutoCloseable {
    */
   public boolean watch(Collection<String> dependencies, Collection<String> tenants, Duration timeout)
       throws InterruptedException, RejectedException {
-    if (watch == null) {
-      return false;
-    }
-    if (!catalogKnown) {
-      try {
-        checkCatalog(timeout);
-      } catch (StatusRuntimeException e) {
-        RejectedException rejected = RejectedException.of(e, null);
-        if (rejected != null) {
-          throw rejected;
-        }
-        return false;
-      }
-    }
-    MirrorWatch.Watched w = watch.want(dependencies, tenants);
-    return watch.awaitSynced(w.deps(), w.tenants(), timeout) && w.all();
-  }
-
-  /** An Admit naming only the catalog: loads grpc's classes (a warm-up) and tells whether retryd knows the catalog. */
-  private void checkCatalog(Duration timeout) {
-    admitRpcs.increment();
-    stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS)
-        .admit(AdmitRequest.newBuilder().setCatalog(o.catalog).build());
-    catalogKnown = true;
+    return keeper.watch(dependencies, tenants, timeout);
   }
 
   /** Holds in force in the mirror on {@code dependency} (the conformance runner waits on it). */
-  int mirrorHoldsFor(String dependency) {
-    return mirror == null ? 0 : mirror.holdsFor(dependency);
-  }
+  int mirrorHoldsFor(String dependency) { return keeper.mirrorHoldsFor(dependency); }
 
   /** Sends the outcome counts not yet reported, closes the watch stream and the channel. */
   @Override
   public void close() {
     reporter.interrupt();
-    if (watch != null) {
-      watch.close();
-    }
-    flush(Duration.ofSeconds(1));
+    keeper.close();
     channel.shutdown();
   }
 
   /** Sends the outcome counts not yet reported now (they also go every {@code reportInterval}, and at close). */
-  public void flush() {
-    flush(o.timeout);
-  }
-
-  private void count(String method, int i) {
-    synchronized (counts) {
-      counts.computeIfAbsent(method, k -> new long[3])[i]++;
-    }
-  }
-
-  private void flush(Duration timeout) {
-    ReportOutcomesRequest.Builder req = ReportOutcomesRequest.newBuilder();
-    long requests = 0;
-    synchronized (counts) {
-      for (Map.Entry<String, long[]> e : counts.entrySet()) {
-        long[] c = e.getValue();
-        requests += c[0];
-        req.addCounts(OutcomeCount.newBuilder().setCatalog(o.catalog).setDependency(o.dependency).setTenant(o.tenant)
-            .setMethod(e.getKey()).setRequests(c[0]).setSuccesses(c[1]).setFailures(c[2]));
-      }
-      counts.clear();
-    }
-    if (req.getCountsCount() == 0) {
-      return;
-    }
-    reportRpcs.increment();
-    reportedRequests.add(requests);
-    try {
-      stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).reportOutcomes(req.build());
-    } catch (StatusRuntimeException ignored) {
-      // counts are advisory
-    }
-  }
-
-  /** Whether an attempt may go: admitted (with Admit's probe token, if any), or refused by a hold until retryAt. */
-  record Gate(boolean admitted, String probe, Hold hold, Instant retryAt, boolean local) {
-    static final Gate LOCAL = new Gate(true, "", null, null, true);
-    static final Gate OPEN = new Gate(true, "", null, null, false);
-  }
+  public void flush() { keeper.flush(o.timeout); }
 
   /**
-   * One attempt's admission: the mirror's when it knows (no RPC; a first attempt counted as the deposit Admit would
-   * have made), else Admit, failing open when retryd is unreachable or slow. Holds in Admit's answers go into the
-   * mirror at once. Shared by {@link #call} (so {@link #callAsync}) and {@link Resilience4jAdvisor}.
+   * One attempt's admission (the mirror's, else Admit, failing open); shared by {@link #call} (so
+   * {@link #callAsync}) and {@link Resilience4jAdvisor}.
    */
-  Gate gate(Call<?> call, int attempt, Instant deadline) throws RejectedException {
-    if (mirror != null && catalogKnown) {
-      HoldsMirror.Admission a = mirror.admission(o.catalog, o.dependency, o.tenant, call.method);
-      if (a == HoldsMirror.ADMIT) {
-        localAdmissions.increment();
-        if (attempt <= 1) {
-          count(call.method, 0);
-        }
-        return Gate.LOCAL;
-      }
-      if (a instanceof HoldsMirror.Refuse r) {
-        localRefusals.increment();
-        return new Gate(false, "", r.hold(), Instant.ofEpochMilli(r.retryAtMillis()), true);
-      }
+  Gatekeeper.Gate gate(Call<?> call, int attempt, Instant deadline) throws RejectedException {
+    Gatekeeper.Gate g = keeper.gate(call.method, call.operation, attempt, rpcMillis(deadline));
+    if (g.failed() != null) {
+      event(new Event("fallback", attempt, null, Duration.ZERO, "Admit failed: " + g.failed()));
     }
-    AdmitResponse r;
-    try {
-      admitRpcs.increment();
-      r = stub.withDeadlineAfter(rpcMillis(deadline), TimeUnit.MILLISECONDS).admit(AdmitRequest.newBuilder()
-          .setCatalog(o.catalog).setDependency(o.dependency).setTenant(o.tenant).setMethod(call.method)
-          .setOperation(call.operation).setAttempt(attempt).build());
-    } catch (StatusRuntimeException e) {
-      RejectedException rejected = RejectedException.of(e, null);
-      if (rejected != null) {
-        throw rejected;
-      }
-      event(new Event("fallback", attempt, null, Duration.ZERO, "Admit failed: " + e.getStatus()));
-      if (attempt <= 1) {
-        count(call.method, 0); // a first attempt retryd's budget did not see
-      }
-      return Gate.OPEN;
-    }
-    catalogKnown = true;
-    Hold hold = r.hasHold() ? r.getHold() : null;
-    learn(hold);
-    if (r.getAdmitted()) {
-      return new Gate(true, r.getProbeToken(), hold, null, false);
-    }
-    Instant retryAt = r.hasRetryAt()
-        ? Instant.ofEpochSecond(r.getRetryAt().getSeconds(), r.getRetryAt().getNanos()) : Instant.now().plusSeconds(1);
-    return new Gate(false, "", hold, retryAt, false);
+    return g;
   }
 
-  /** Reports a probe's success with its token from Admit (nothing without one). */
-  void probeSucceeded(String probe) {
-    if (probe.isEmpty()) {
-      return;
-    }
-    try {
-      reportRpcs.increment();
-      var r = stub.withDeadlineAfter(o.timeout.toMillis(), TimeUnit.MILLISECONDS).reportOutcomes(
-          ReportOutcomesRequest.newBuilder().setProbeToken(probe).setProbeSucceeded(true).build());
-      if (mirror != null && r.getProbeAccepted() && r.hasHold()) {
-        mirror.forget(r.getHold(), watch.pendingStore()); // the probe's success lifted it
-      }
-    } catch (StatusRuntimeException ignored) {
-      // the probe's hold re-probes
-    }
-  }
+  void probeSucceeded(String probe) { keeper.probeSucceeded(probe, o.timeout); }
 
-  /** A hold from an answer goes into the mirror at once, so a retry right after a failure does not slip through. */
-  void learn(Hold hold) {
-    if (mirror != null && hold != null) {
-      mirror.learn(hold, watch.pendingStore());
-    }
-  }
+  void learn(Hold hold) { keeper.learn(hold); }
 
   private void event(Event e) {
     if (e.kind().equals("fallback")) {
@@ -483,7 +328,7 @@ public final class RetrydClient implements AutoCloseable {
         if (deadline != null && !Instant.now().isBefore(deadline)) {
           throw new RetryRefusedException(RetryRefusedException.Kind.DEADLINE, "deadline passed", null, null, null);
         }
-        Gate g = gate(call, attempt, deadline);
+        Gatekeeper.Gate g = gate(call, attempt, deadline);
         if (g.admitted()) {
           probe = g.probe();
           local = g.local();
@@ -506,7 +351,7 @@ public final class RetrydClient implements AutoCloseable {
       Exception error;
       try {
         T v = fn.call();
-        count(call.method, 1);
+        keeper.count(call.method, Gatekeeper.SUCCESSES);
         probeSucceeded(probe);
         event(new Event("success", attempt, null, Duration.ZERO, "", local));
         return v;
@@ -519,7 +364,7 @@ public final class RetrydClient implements AutoCloseable {
       // 3. Map the failure.
       Failure f = call.toFailure.apply(error);
       if (f == null) {
-        count(call.method, 2);
+        keeper.count(call.method, Gatekeeper.FAILURES);
         throw error;
       }
       dev.retryd.v1.Failure.Builder failure = failureProto(f, call, attempt, probe);

@@ -1,0 +1,232 @@
+package dev.retryd.client;
+
+import dev.retryd.v1.AdmitRequest;
+import dev.retryd.v1.AdmitResponse;
+import dev.retryd.v1.Hold;
+import dev.retryd.v1.OperationKind;
+import dev.retryd.v1.OutcomeCount;
+import dev.retryd.v1.ReportOutcomesRequest;
+import dev.retryd.v1.ReportOutcomesResponse;
+import dev.retryd.v1.RetryDecisionServiceGrpc;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * A client's admissions and reports: each attempt admitted from the holds mirror (no RPC) or by Admit, holds in
+ * answers put into the mirror, outcome counts batched into ReportOutcomes, and the counters of {@link MirrorStats}.
+ */
+final class Gatekeeper {
+  static final int REQUESTS = 0, SUCCESSES = 1, FAILURES = 2;
+  /** Entries per ReportOutcomes (retryd's limit): more methods go in several. */
+  private static final int MAX_COUNTS_PER_REPORT = 1_000;
+
+  /**
+   * Whether an attempt may go: admitted (with Admit's probe token, if any), or refused by a hold until retryAt.
+   * {@code failed}: Admit's status when retryd was unreachable or slow and the attempt goes ahead (fail open).
+   */
+  record Gate(boolean admitted, String probe, Hold hold, Instant retryAt, boolean local, Status failed) {
+    static final Gate LOCAL = new Gate(true, "", null, null, true, null);
+  }
+
+  private final RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub;
+  private final String catalog, dependency, tenant;
+  private final HoldsMirror mirror;
+  private final MirrorWatch watch;
+  /** Outcome counts per method (catalog, dependency and tenant are the client's): requests, successes, failures. */
+  private final Map<String, long[]> counts = new HashMap<>();
+  private final LongAdder admitRpcs = new LongAdder(), localAdmissions = new LongAdder(),
+      localRefusals = new LongAdder(), reportRpcs = new LongAdder(), reportedRequests = new LongAdder();
+  /**
+   * retryd answered an Admit naming this client's catalog: the mirror admits locally only then, so a mistaken
+   * catalog stays a {@link RejectedException} on every call rather than going unnoticed (WatchHolds does not check it).
+   */
+  private volatile boolean catalogKnown;
+
+  Gatekeeper(RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub,
+      RetryDecisionServiceGrpc.RetryDecisionServiceStub async, String catalog, String dependency, String tenant,
+      boolean mirrorOn, int maxHolds, MirrorListener listener) {
+    this.stub = stub;
+    this.catalog = catalog;
+    this.dependency = dependency;
+    this.tenant = tenant;
+    // A client with no dependency names no hold's scope: it always asks Admit.
+    if (mirrorOn && !dependency.isEmpty()) {
+      mirror = new HoldsMirror(maxHolds);
+      watch = new MirrorWatch(mirror, async, listener);
+    } else {
+      mirror = null;
+      watch = null;
+    }
+  }
+
+  /** Opens the watch of the client's own dependency and tenant. */
+  void startWatch() {
+    if (watch != null) {
+      watch.want(List.of(dependency), tenant.isEmpty() ? List.of() : List.of(tenant));
+    }
+  }
+
+  MirrorStats stats() {
+    return new MirrorStats(mirror != null && mirror.synced(), mirror != null && mirror.stale(),
+        mirror == null ? 0 : mirror.holds(), admitRpcs.sum(), localAdmissions.sum(), localRefusals.sum(),
+        reportRpcs.sum(), reportedRequests.sum());
+  }
+
+  /** See {@link RetrydClient#watch}. */
+  boolean watch(Collection<String> deps, Collection<String> tenants, Duration timeout)
+      throws InterruptedException, RejectedException {
+    if (watch == null) {
+      return false;
+    }
+    if (!catalogKnown) {
+      try {
+        checkCatalog(timeout);
+      } catch (StatusRuntimeException e) {
+        RejectedException rejected = RejectedException.of(e, null);
+        if (rejected != null) {
+          throw rejected;
+        }
+        return false;
+      }
+    }
+    MirrorWatch.Watched w = watch.want(deps, tenants);
+    return watch.awaitSynced(w.deps(), w.tenants(), timeout) && w.all();
+  }
+
+  /** An Admit naming only the catalog: loads grpc's classes (a warm-up) and tells whether retryd knows the catalog. */
+  void checkCatalog(Duration timeout) {
+    admitRpcs.increment();
+    stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS)
+        .admit(AdmitRequest.newBuilder().setCatalog(catalog).build());
+    catalogKnown = true;
+  }
+
+  int mirrorHoldsFor(String dep) {
+    return mirror == null ? 0 : mirror.holdsFor(dep);
+  }
+
+  void prune() {
+    if (mirror != null) {
+      mirror.prune();
+    }
+  }
+
+  /** Closes the watch and sends the counts not yet reported. */
+  void close() {
+    if (watch != null) {
+      watch.close();
+    }
+    flush(Duration.ofSeconds(1));
+  }
+
+  /**
+   * One attempt's admission: the mirror's when it knows (no RPC; a first attempt counted as the deposit Admit would
+   * have made), else Admit, failing open when retryd is unreachable or slow. Holds in Admit's answers go into the
+   * mirror at once.
+   */
+  Gate gate(String method, OperationKind operation, int attempt, long rpcMillis) throws RejectedException {
+    if (mirror != null && catalogKnown) {
+      HoldsMirror.Admission a = mirror.admission(catalog, dependency, tenant, method);
+      if (a == HoldsMirror.ADMIT) {
+        localAdmissions.increment();
+        if (attempt <= 1) {
+          count(method, REQUESTS);
+        }
+        return Gate.LOCAL;
+      }
+      if (a instanceof HoldsMirror.Refuse r) {
+        localRefusals.increment();
+        return new Gate(false, "", r.hold(), Instant.ofEpochMilli(r.retryAtMillis()), true, null);
+      }
+    }
+    AdmitResponse r;
+    try {
+      admitRpcs.increment();
+      r = stub.withDeadlineAfter(rpcMillis, TimeUnit.MILLISECONDS).admit(AdmitRequest.newBuilder()
+          .setCatalog(catalog).setDependency(dependency).setTenant(tenant).setMethod(method)
+          .setOperation(operation).setAttempt(attempt).build());
+    } catch (StatusRuntimeException e) {
+      RejectedException rejected = RejectedException.of(e, null);
+      if (rejected != null) {
+        throw rejected;
+      }
+      if (attempt <= 1) {
+        count(method, REQUESTS); // a first attempt retryd's budget did not see
+      }
+      return new Gate(true, "", null, null, false, e.getStatus());
+    }
+    catalogKnown = true;
+    Hold hold = r.hasHold() ? r.getHold() : null;
+    learn(hold);
+    if (r.getAdmitted()) {
+      return new Gate(true, r.getProbeToken(), hold, null, false, null);
+    }
+    Instant retryAt = r.hasRetryAt()
+        ? Instant.ofEpochSecond(r.getRetryAt().getSeconds(), r.getRetryAt().getNanos()) : Instant.now().plusSeconds(1);
+    return new Gate(false, "", hold, retryAt, false, null);
+  }
+
+  /** A hold from an answer goes into the mirror at once, so a retry right after a failure does not slip through. */
+  void learn(Hold hold) {
+    if (mirror != null && hold != null) {
+      mirror.learn(hold, watch.pendingStore());
+    }
+  }
+
+  /** Reports a probe's success with its token from Admit (nothing without one). */
+  void probeSucceeded(String probe, Duration timeout) {
+    if (probe.isEmpty()) {
+      return;
+    }
+    try {
+      reportRpcs.increment();
+      ReportOutcomesResponse r = stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).reportOutcomes(
+          ReportOutcomesRequest.newBuilder().setProbeToken(probe).setProbeSucceeded(true).build());
+      if (mirror != null && r.getProbeAccepted() && r.hasHold()) {
+        mirror.forget(r.getHold(), watch.pendingStore()); // the probe's success lifted it
+      }
+    } catch (StatusRuntimeException ignored) {
+      // the probe's hold re-probes
+    }
+  }
+
+  void count(String method, int which) {
+    synchronized (counts) {
+      counts.computeIfAbsent(method, k -> new long[3])[which]++;
+    }
+  }
+
+  /** Sends the counts not yet reported, at most {@link #MAX_COUNTS_PER_REPORT} entries per RPC. */
+  void flush(Duration timeout) {
+    List<OutcomeCount> all = new ArrayList<>();
+    synchronized (counts) {
+      for (Map.Entry<String, long[]> e : counts.entrySet()) {
+        long[] c = e.getValue();
+        all.add(OutcomeCount.newBuilder().setCatalog(catalog).setDependency(dependency).setTenant(tenant)
+            .setMethod(e.getKey()).setRequests(c[REQUESTS]).setSuccesses(c[SUCCESSES]).setFailures(c[FAILURES])
+            .build());
+      }
+      counts.clear();
+    }
+    for (int i = 0; i < all.size(); i += MAX_COUNTS_PER_REPORT) {
+      List<OutcomeCount> batch = all.subList(i, Math.min(all.size(), i + MAX_COUNTS_PER_REPORT));
+      reportRpcs.increment();
+      reportedRequests.add(batch.stream().mapToLong(OutcomeCount::getRequests).sum());
+      try {
+        stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS)
+            .reportOutcomes(ReportOutcomesRequest.newBuilder().addAllCounts(batch).build());
+      } catch (StatusRuntimeException ignored) {
+        // counts are advisory
+      }
+    }
+  }
+}
