@@ -37,4 +37,5 @@ print(f"java: client.call mirror median {mirror:9.0f} ns  ({n('clientMirror')} s
 print(f"java: client.call no mirror (one Admit RPC per call) median {off / 1000:.1f} us ({n('clientMirrorOff')} sampled calls)")
 PY
   rm -f "$jout" "$jout.log"
+  java -cp "$jcp" dev.retryd.client.MirrorLag "127.0.0.1:$port" 100
 fi

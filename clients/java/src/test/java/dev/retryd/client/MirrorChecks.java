@@ -147,12 +147,14 @@ final class MirrorChecks {
     }
   }
 
-  static void placeStop(RetrydClient c, String dep, String tenant, long resetsInMs) {
+  /** A FrontSpin quota stop on (dep, tenant) through Classify; whether retryd placed a hold. */
+  static boolean placeStop(RetrydClient c, String dep, String tenant, long resetsInMs) {
     Instant at = Instant.now().plusMillis(resetsInMs);
-    c.stub().withDeadlineAfter(5, TimeUnit.SECONDS).classify(ClassifyRequest.newBuilder().setFailure(
+    return c.stub().withDeadlineAfter(5, TimeUnit.SECONDS).classify(ClassifyRequest.newBuilder().setFailure(
         dev.retryd.v1.Failure.newBuilder().setCatalog("frontspin").setCode("RATE_LIMITED")
             .setOperation(OperationKind.OPERATION_KIND_WRITE).setAttempt(1).setTenant(tenant).setDependency(dep)
-            .setQuotaResetsAt(Timestamp.newBuilder().setSeconds(at.getEpochSecond()).setNanos(at.getNano()))).build());
+            .setQuotaResetsAt(Timestamp.newBuilder().setSeconds(at.getEpochSecond()).setNanos(at.getNano()))).build())
+        .getDecision().hasHold();
   }
 
   /** Against real servers: callAsync from the mirror, widening, stale and synced again across a restart. */
