@@ -337,6 +337,10 @@ public final class Conformance {
       for (String b : adapters) System.out.println("adapters java: FAIL " + b);
       System.out.println("adapters java (resilience4j, callAsync): " + (adapters.isEmpty() ? "passed" : "FAILED"));
       failed += adapters.size();
+      List<String> words = VocabularyChecks.run(root);
+      for (String b : words) System.out.println("vocabulary java: FAIL " + b);
+      System.out.println("vocabulary java (Verdict, Strategy, Kind words): " + (words.isEmpty() ? "passed" : "FAILED"));
+      failed += words.size();
       long m0 = System.nanoTime();
       List<String> mirror = new ArrayList<>(MirrorChecks.rules());
       mirror.addAll(MirrorChecks.live(addr, bin));
