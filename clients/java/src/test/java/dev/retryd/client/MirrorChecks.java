@@ -193,7 +193,8 @@ final class MirrorChecks {
       p.destroy();
       p.waitFor(10, TimeUnit.SECONDS);
       if (!Conformance.waitFor(() -> c.stats().stale())) bad.add("restart: not stale after retryd stopped");
-      if (stale.get() != 1) bad.add("restart: stale hook " + stale.get());
+      // The hook runs just after the flag is set (outside the watch's lock).
+      if (!Conformance.waitFor(() -> stale.get() >= 1) || stale.get() != 1) bad.add("restart: stale hook " + stale.get());
       long admits = c.stats().admitRpcs();
       try {
         c.call(RetrydClient.Call.<String>write("record.sync").timeout(Duration.ofSeconds(1)), () -> "called");
@@ -205,7 +206,7 @@ final class MirrorChecks {
       p = serve(bin, port); // a fresh retryd (in-process store): its snapshot has no stop
       // The reconnect's backoff is at most 5 s (plus the snapshot).
       if (!Conformance.waitFor(() -> !c.stats().stale() && c.stats().synced(), Duration.ofSeconds(10))) bad.add("restart: not synced again in 10 s");
-      if (synced.get() < 2) bad.add("restart: synced hook " + synced.get());
+      if (!Conformance.waitFor(() -> synced.get() >= 2)) bad.add("restart: synced hook " + synced.get());
       if (c.mirrorHoldsFor(dep) != 0) bad.add("restart: the new snapshot did not replace the old holds");
     } finally {
       p.destroy();
