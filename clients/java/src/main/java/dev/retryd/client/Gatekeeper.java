@@ -39,8 +39,10 @@ final class Gatekeeper {
 
   private final RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub;
   private final String catalog, dependency, tenant;
+  private final SharedMirror shared;
   private final HoldsMirror mirror;
   private final MirrorWatch watch;
+  private final MirrorListener listener;
   /** Outcome counts per method (catalog, dependency and tenant are the client's): requests, successes, failures. */
   private final Map<String, long[]> counts = new HashMap<>();
   private final LongAdder admitRpcs = new LongAdder(), localAdmissions = new LongAdder(),
@@ -51,32 +53,35 @@ final class Gatekeeper {
    */
   private volatile boolean catalogKnown;
 
-  Gatekeeper(RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub,
-      RetryDecisionServiceGrpc.RetryDecisionServiceStub async, String catalog, String dependency, String tenant,
-      boolean mirrorOn, int maxHolds, MirrorListener listener) {
+  /** {@code shared}: the address's mirror (null: no mirror, every attempt asks Admit). */
+  Gatekeeper(RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stub, SharedMirror shared, String catalog,
+      String dependency, String tenant, MirrorListener listener) {
     this.stub = stub;
     this.catalog = catalog;
     this.dependency = dependency;
     this.tenant = tenant;
-    // A client with no dependency names no hold's scope: it always asks Admit.
-    if (mirrorOn && !dependency.isEmpty()) {
-      mirror = new HoldsMirror(maxHolds);
-      watch = new MirrorWatch(mirror, async, listener);
-    } else {
-      mirror = null;
-      watch = null;
+    this.shared = shared;
+    this.mirror = shared == null ? null : shared.mirror;
+    this.watch = shared == null ? null : shared.watch;
+    this.listener = listener;
+    if (watch != null) {
+      watch.addListener(listener);
     }
   }
 
-  /** Opens the watch of the client's own dependency and tenant. */
+  private java.util.Set<String> ownDeps() { return java.util.Set.of(dependency); }
+
+  private java.util.Set<String> ownTenants() { return tenant.isEmpty() ? java.util.Set.of() : java.util.Set.of(tenant); }
+
+  /** Adds the client's own dependency and tenant to the watch (a wider stream if they are new to it). */
   void startWatch() {
     if (watch != null) {
-      watch.want(List.of(dependency), tenant.isEmpty() ? List.of() : List.of(tenant));
+      watch.want(ownDeps(), ownTenants());
     }
   }
 
   MirrorStats stats() {
-    return new MirrorStats(mirror != null && mirror.synced(), mirror != null && mirror.stale(),
+    return new MirrorStats(mirror != null && mirror.syncedFor(ownDeps(), ownTenants()), mirror != null && mirror.stale(),
         mirror == null ? 0 : mirror.holds(), admitRpcs.sum(), localAdmissions.sum(), localRefusals.sum(),
         reportRpcs.sum(), reportedRequests.sum());
   }
@@ -122,8 +127,9 @@ final class Gatekeeper {
 
   /** Closes the watch and sends the counts not yet reported. */
   void close() {
-    if (watch != null) {
-      watch.close();
+    if (shared != null) {
+      watch.removeListener(listener);
+      shared.release();
     }
     flush(Duration.ofSeconds(1));
   }

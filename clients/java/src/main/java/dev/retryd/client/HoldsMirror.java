@@ -147,11 +147,6 @@ final class HoldsMirror {
     return new Refuse(best.hold, at - offset);
   }
 
-  boolean synced() {
-    Store s = live;
-    return s != null && s.synced;
-  }
-
   boolean stale() { return stale; }
 
   /** Whether the live snapshot covers these dependencies and tenants. */

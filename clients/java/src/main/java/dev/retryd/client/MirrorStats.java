@@ -3,9 +3,10 @@ package dev.retryd.client;
 /**
  * Where the client's holds mirror stands, and what it saved: {@link RetrydClient#stats()}.
  *
- * @param synced a snapshot of the watched dependencies and tenants has arrived (calls admit locally)
+ * @param synced a snapshot covering this client's dependency and tenant has arrived and the stream is up (calls
+ *     admit locally)
  * @param stale the watch stream is down: known holds still refuse, every other call asks Admit
- * @param holds holds in the mirror (at most the builder's {@code maxHolds})
+ * @param holds holds in the mirror (shared by the clients of one address; at most {@code maxHolds})
  * @param admitRpcs Admit RPCs sent
  * @param localAdmissions attempts the mirror admitted with no RPC
  * @param localRefusals attempts the mirror refused by a hold with no RPC

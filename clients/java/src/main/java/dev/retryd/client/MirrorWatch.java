@@ -8,7 +8,9 @@ import io.grpc.stub.ClientResponseObserver;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.LinkedHashSet;
+import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadLocalRandom;
@@ -29,7 +31,7 @@ final class MirrorWatch {
 
   private final HoldsMirror mirror;
   private final RetryDecisionServiceGrpc.RetryDecisionServiceStub async;
-  private final MirrorListener listener;
+  private final List<MirrorListener> listeners = new CopyOnWriteArrayList<>();
   private final ScheduledExecutorService timer;
   private final Object lock = new Object();
   private final Set<String> deps = new LinkedHashSet<>(), tenants = new LinkedHashSet<>();
@@ -70,10 +72,9 @@ final class MirrorWatch {
     }
   }
 
-  MirrorWatch(HoldsMirror mirror, RetryDecisionServiceGrpc.RetryDecisionServiceStub async, MirrorListener listener) {
+  MirrorWatch(HoldsMirror mirror, RetryDecisionServiceGrpc.RetryDecisionServiceStub async) {
     this.mirror = mirror;
     this.async = async;
-    this.listener = listener;
     ScheduledThreadPoolExecutor t = new ScheduledThreadPoolExecutor(1, r -> {
       Thread th = new Thread(r, "retryd-mirror");
       th.setDaemon(true);
@@ -82,6 +83,10 @@ final class MirrorWatch {
     t.setRemoveOnCancelPolicy(true);
     this.timer = t;
   }
+
+  void addListener(MirrorListener l) { listeners.add(l); }
+
+  void removeListener(MirrorListener l) { listeners.remove(l); }
 
   /** The store of the stream opening (widening or reconnecting), if any: holds learned from answers go there too. */
   HoldsMirror.Store pendingStore() {
@@ -187,7 +192,10 @@ final class MirrorWatch {
     if (old != null) {
       old.cancel();
     }
-    listener.synced(mirror.holds());
+    int holds = mirror.holds();
+    for (MirrorListener l : listeners) {
+      l.synced(holds);
+    }
   }
 
   private void ended(Stream s, Throwable cause) {
@@ -215,7 +223,9 @@ final class MirrorWatch {
     if (wentStale) {
       LOG.log(Level.WARNING, "retryd: holds mirror stale (known holds still refuse; other calls ask Admit): {0}",
           String.valueOf(cause));
-      listener.stale(cause);
+      for (MirrorListener l : listeners) {
+        l.stale(cause);
+      }
     }
   }
 

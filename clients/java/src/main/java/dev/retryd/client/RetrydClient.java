@@ -110,11 +110,15 @@ public final class RetrydClient implements AutoCloseable {
     /** A channel of your own (TLS/mTLS: NettyChannelBuilder with sslContext). */
     public Builder channel(ManagedChannel ch) { channel = ch; return this; }
     /**
-     * The local holds mirror (default on): one WatchHolds stream keeps the holds that can cover this client's calls,
-     * and an attempt no hold covers goes ahead with no RPC. Off: every attempt asks Admit.
+     * The local holds mirror (default on): one WatchHolds stream per retryd address in the process (shared by its
+     * clients; per channel for clients given one) keeps the holds that can cover their calls, and an attempt no hold
+     * covers goes ahead with no RPC. Off: every attempt asks Admit.
      */
     public Builder mirror(boolean on) { mirror = on; return this; }
-    /** Most holds the mirror keeps (default 10 000); beyond it the one ending soonest goes and its dependency asks Admit. */
+    /**
+     * Most holds the mirror keeps (default 10 000; the first client of an address sets it for the shared mirror);
+     * beyond it the one ending soonest goes and its dependency asks Admit.
+     */
     public Builder maxHolds(int n) { maxHolds = n; return this; }
     /** Hears the mirror go stale (watch stream down) and sync again. */
     public Builder mirrorListener(MirrorListener l) { mirrorListener = l; return this; }
@@ -138,8 +142,9 @@ public final class RetrydClient implements AutoCloseable {
     this.o = o;
     this.channel = channel;
     this.stub = RetryDecisionServiceGrpc.newBlockingStub(channel);
-    this.keeper = new Gatekeeper(stub, RetryDecisionServiceGrpc.newStub(channel), o.catalog, o.dependency, o.tenant,
-        o.mirror, o.maxHolds, o.mirrorListener);
+    // A client with no dependency names no hold's scope: it always asks Admit.
+    SharedMirror shared = o.mirror && !o.dependency.isEmpty() ? SharedMirror.acquire(o.address, o.channel, o.maxHolds) : null;
+    this.keeper = new Gatekeeper(stub, shared, o.catalog, o.dependency, o.tenant, o.mirrorListener);
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     long until = System.nanoTime() + o.connectTimeout.toNanos();
     while (channel.getState(true) != ConnectivityState.READY && System.nanoTime() < until) {

@@ -174,6 +174,14 @@ final class MirrorChecks {
       // Widening: a declared dependency gets its own snapshot; the first keeps serving meanwhile.
       if (!c.watch(List.of("d-wide-" + run), List.of(), Duration.ofSeconds(3))) bad.add("widening: not synced");
       if (!c.stats().synced()) bad.add("widening: not synced after");
+      // Clients of one address share one mirror (one stream): a stop on the second's scope is in the first's.
+      try (RetrydClient c2 = RetrydClient.builder(addr).catalog("frontspin").dependency("d-second-" + run)
+          .tenant("t-second-" + run).timeout(Duration.ofSeconds(2)).build()) {
+        if (!c2.watch(List.of("d-second-" + run), List.of("t-second-" + run), Duration.ofSeconds(3))) bad.add("shared: not synced");
+        if (!placeStop(c2, "d-second-" + run, "t-second-" + run, 600_000)) bad.add("shared: no stop placed");
+        if (!Conformance.waitFor(() -> c.mirrorHoldsFor("d-second-" + run) == 1)) bad.add("shared: the first client's mirror lacks the second's stop");
+      }
+      if (!c.stats().synced()) bad.add("shared: the first client's mirror closed with the second client");
     } finally {
       pool.shutdownNow();
     }
