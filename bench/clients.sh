@@ -38,6 +38,8 @@ print(f"java: client.call no mirror (one Admit RPC per call) median {off / 1000:
 PY
   rm -f "$jout" "$jout.log"
   java -cp "$jcp" dev.retryd.client.MirrorLag "127.0.0.1:$port" 100
+  # A quota stop's reset under 40 mirror clients whose calls fail again: calls reaching the dependency (target 1).
+  java -cp "$jcp" dev.retryd.client.MirrorReset "127.0.0.1:$port" 40 2>/dev/null | grep '^java:'
   # retryd killed and restarted (state in a real redis-server) under 40 mirror clients during a quota stop.
   if command -v redis-server >/dev/null; then
     java -cp "$jcp" dev.retryd.client.MirrorRestart "$bin" 40 2>/dev/null | grep '^java:'
