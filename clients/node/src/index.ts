@@ -21,7 +21,8 @@ import type { Failure as FailureMessage } from "./gen/retryd/v1/Failure.js";
 import type { Decision__Output } from "./gen/retryd/v1/Decision.js";
 import type { Hold__Output } from "./gen/retryd/v1/Hold.js";
 import type { Timestamp__Output } from "./gen/google/protobuf/Timestamp.js";
-export type { RetryDecisionServiceClient };
+import { Mirror, type MirrorStats } from "./mirror.js";
+export type { RetryDecisionServiceClient, MirrorStats };
 
 export type Operation = "read" | "write";
 
@@ -51,8 +52,10 @@ export interface Decision {
 }
 
 export interface Event {
-  kind: "admit_refused" | "decision" | "wait" | "read_back" | "fallback" | "success";
+  kind: "admit_refused" | "decision" | "wait" | "read_back" | "fallback" | "success" | "mirror_stale" | "mirror_synced";
   attempt: number; decision?: Decision; hold?: Hold; waitMs?: number; detail?: string;
+  /** Decided by the client's holds mirror, with no RPC. */
+  local?: boolean;
 }
 
 export interface Fallback { maxAttempts: number; baseMs: number; capMs: number }
@@ -72,6 +75,11 @@ export interface ClientOptions {
   fallback?: Fallback;
   onEvent?: (e: Event) => void;
   reportIntervalMs?: number;
+  /** Admit from a local mirror of the fleet's holds, fed by one WatchHolds stream (default true). */
+  mirror?: boolean;
+  /** The most holds the mirror keeps (default 10 000); beyond it the soonest-ending is dropped and
+   * its dependency goes back to Admit until the next snapshot. */
+  mirrorMaxHolds?: number;
 }
 
 export interface CallOptions<T> {
@@ -292,15 +300,19 @@ export class Client {
   readonly stub: RetryDecisionServiceClient;
   fallbacks = 0;
   private o: Required<Omit<ClientOptions, "credentials" | "onEvent">> & Pick<ClientOptions, "onEvent">;
+  private mirror: Mirror;
   private counts = new Map<string, { key: string[]; c: [number, number, number] }>();
   private timer: NodeJS.Timeout;
   private ready: Promise<void>;
 
   constructor(address: string, opts: ClientOptions = {}) {
     this.o = { catalog: "", dependency: "", tenant: "", locale: "", timeoutMs: 50, connectTimeoutMs: 1000, sleep,
-      fallback: DEFAULT_FALLBACK, reportIntervalMs: 1000, ...opts } as any;
+      fallback: DEFAULT_FALLBACK, reportIntervalMs: 1000, mirror: true, mirrorMaxHolds: 10_000, ...opts } as any;
     const Ctor = service();
     this.stub = new Ctor(address, opts.credentials ?? grpc.credentials.createInsecure()) as unknown as RetryDecisionServiceClient;
+    this.mirror = new Mirror(this.o.mirror ? this.stub : undefined, this.o.mirrorMaxHolds,
+      (state) => this.event({ kind: state === "stale" ? "mirror_stale" : "mirror_synced", attempt: 0 }));
+    this.mirror.want([this.o.dependency], [this.o.tenant]);
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     this.ready = new Promise((resolve) => this.stub.waitForReady(Date.now() + this.o.connectTimeoutMs, () => resolve()));
     this.timer = setInterval(() => this.flush(), this.o.reportIntervalMs);
@@ -313,9 +325,26 @@ export class Client {
     return { catalog, dependency, tenant, locale, timeoutMs, fallback };
   }
 
-  /** Sends the outcome counts not yet reported and closes the channel. */
+  /** The mirror's and the RPCs' counters (a copy). */
+  stats(): MirrorStats { return { ...this.mirror.stats }; }
+
+  /** The holds in the mirror now (of one dependency, or all). */
+  mirrorHolds(dependency?: string): Hold[] { return this.mirror.list(dependency).map((h) => toHold(h)!); }
+
+  /** Declares dependencies and tenants this process calls (the client's own are declared already);
+   * resolves true once the mirror's snapshot covers them, false after timeoutMs (default 2000). */
+  async watch(w: { dependencies?: string[]; tenants?: string[]; timeoutMs?: number } = {}): Promise<boolean> {
+    if (!this.o.mirror) return false;
+    const deps = [this.o.dependency, ...(w.dependencies ?? [])].filter(Boolean);
+    const tenants = [this.o.tenant, ...(w.tenants ?? [])].filter(Boolean);
+    this.mirror.want(deps, tenants);
+    return this.mirror.waitCovered(deps, tenants, w.timeoutMs ?? 2000);
+  }
+
+  /** Stops the mirror's watch, sends the outcome counts not yet reported and closes the channel. */
   async close(): Promise<void> {
     clearInterval(this.timer);
+    this.mirror.close();
     await this.flush();
     this.stub.close();
   }
@@ -333,6 +362,7 @@ export class Client {
     const counts = [...this.counts.values()].slice(0, 1000).map(({ key, c }) => ({
       catalog: key[0], dependency: key[1], tenant: key[2], method: key[3], requests: c[0], successes: c[1], failures: c[2] }));
     this.counts.clear();
+    this.mirror.stats.reportedRequests += counts.reduce((a, c) => a + c.requests, 0);
     return this.report({ counts }, 1000).then(() => undefined, () => undefined);
   }
 
@@ -341,16 +371,26 @@ export class Client {
   }
 
   private admit(req: AdmitRequest, timeoutMs: number): Promise<AdmitResponse__Output> {
+    this.mirror.stats.admitRpcs++;
     return new Promise((resolve, reject) =>
-      this.stub.Admit(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
+      this.stub.Admit(req, Client.options(timeoutMs), (err, resp) => {
+        if (err || !resp) return reject(err);
+        if (this.o.mirror) this.mirror.learn(resp.hold, req.tenant ?? "");
+        resolve(resp);
+      }));
   }
 
   private classify(req: ClassifyRequest, timeoutMs: number): Promise<ClassifyResponse__Output> {
     return new Promise((resolve, reject) =>
-      this.stub.Classify(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
+      this.stub.Classify(req, Client.options(timeoutMs), (err, resp) => {
+        if (err || !resp) return reject(err);
+        if (this.o.mirror) this.mirror.learn(resp.decision?.hold, req.failure?.tenant ?? "");
+        resolve(resp);
+      }));
   }
 
   private report(req: ReportOutcomesRequest, timeoutMs: number): Promise<ReportOutcomesResponse__Output> {
+    this.mirror.stats.reportRpcs++;
     return new Promise((resolve, reject) =>
       this.stub.ReportOutcomes(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
   }
@@ -372,13 +412,27 @@ export class Client {
     const rpcTimeout = () => (deadline === undefined ? this.o.timeoutMs : Math.min(this.o.timeoutMs, deadline - Date.now()));
     const checkCancel = () => { if (signal?.aborted) throw new Cancelled("cancelled"); };
     let attempt = 1;
-    this.count(method, 0);
+    let admittedOnce = false;
+    const held = async (hold: Hold | undefined, retryAt: number, local: boolean) => {
+      const waitMs = Math.max(0, retryAt - Date.now()) + 10;
+      this.event({ kind: "admit_refused", attempt, hold, waitMs, local });
+      if (past(waitMs)) throw new Held(`held until ${hold?.until?.toISOString()}: ${hold?.reason ?? ""}`, hold);
+      this.event({ kind: "wait", attempt, hold, waitMs, detail: "hold", local });
+      await this.o.sleep(waitMs, signal);
+    };
     for (;;) {
-      // 1. Admit; retryd unreachable does not stop the call (fail open).
+      // 1. Admission: from the holds mirror when it can answer, else Admit (fail open: retryd
+      // unreachable does not stop the call).
       let probe = "";
       for (;;) {
         checkCancel();
         if (past(0)) throw new DeadlineExceeded("deadline passed before the attempt");
+        const local = this.o.mirror ? this.mirror.admit(this.o.catalog, this.o.dependency, this.o.tenant, method) : "ask";
+        if (local === "admitted") {
+          if (!admittedOnce) this.count(method, 0); // the deposit Admit would have made
+          break;
+        }
+        if (local !== "ask") { await held(toHold(local.hold), local.retryAt, true); continue; }
         let resp: AdmitResponse__Output;
         try {
           resp = await this.admit({ catalog: this.o.catalog, dependency: this.o.dependency, tenant: this.o.tenant,
@@ -387,17 +441,13 @@ export class Client {
           const rejected = rejectionOf(err);
           if (rejected) throw rejected;
           this.event({ kind: "fallback", attempt, detail: `Admit failed: ${err?.message ?? err}` });
+          if (!admittedOnce) this.count(method, 0); // Admit made no deposit
           break;
         }
         if (resp.admitted) { probe = resp.probe_token; break; }
-        const hold = toHold(resp.hold);
-        const retryAt = fromTs(resp.retry_at)?.getTime() ?? Date.now() + 1000;
-        const waitMs = Math.max(0, retryAt - Date.now()) + 10;
-        this.event({ kind: "admit_refused", attempt, hold, waitMs });
-        if (past(waitMs)) throw new Held(`held until ${hold?.until?.toISOString()}: ${hold?.reason ?? ""}`, hold);
-        this.event({ kind: "wait", attempt, hold, waitMs, detail: "hold" });
-        await this.o.sleep(waitMs, signal);
+        await held(toHold(resp.hold), fromTs(resp.retry_at)?.getTime() ?? Date.now() + 1000, false);
       }
+      admittedOnce = true;
 
       // 2. The call.
       let error: unknown;

@@ -1,9 +1,11 @@
 """The retry loop, written once as a generator of effects.
 
 The sync and asyncio clients drive the same generator: it yields effects
-(("admit", req), ("run",), ("classify", req), ("read_back",), ("sleep", s),
+(("mirror",), ("admit", req), ("run",), ("classify", req), ("read_back",), ("sleep", s),
 ("report_probe", token, ok)) and receives their outcomes as ("ok", value) or
 ("err", exception). Nothing here does I/O, so both drivers behave the same.
+Admission is one step the holds mirror may answer: ("mirror",) receives True
+(admitted locally), (hold, retry_at) (refused locally) or None (send Admit).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Event:
     hold: Optional[Hold] = None
     wait: float = 0.0
     detail: str = ""
+    local: bool = False  # decided by the client's holds mirror, no RPC
 
 
 _VERDICTS = {v: k[len("VERDICT_"):] for k, v in pb.Verdict.items()}
@@ -166,11 +169,21 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
     attempt = 1
     admitted_once = False
     while True:
-        # 1. Admit (fail open: retryd unreachable must not stop the call).
+        # 1. Admission: from the holds mirror when it can answer, else Admit (fail open:
+        # retryd unreachable must not stop the call).
         probe = ""
         while True:
             if o.deadline_mono is not None and time.monotonic() >= o.deadline_mono:
                 raise DeadlineExceeded("deadline passed before the attempt")
+            local = yield ("mirror",)
+            if local is True:
+                if not admitted_once:
+                    yield ("count", "request")  # the deposit Admit would have made
+                break
+            if local is not None:
+                hold_msg, retry_at = local
+                yield from _held(o, attempt, to_hold(hold_msg), retry_at, True)
+                continue
             req = pb.AdmitRequest(catalog=o.catalog or "", dependency=o.dependency or "",
                                   tenant=o.tenant or "", method=o.method or "", operation=op,
                                   attempt=attempt)
@@ -179,21 +192,16 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                 raise rejection(resp[0], resp[1])
             if status != "ok":
                 yield ("event", Event("fallback", attempt, detail=f"Admit failed: {resp}"))
+                if not admitted_once:
+                    yield ("count", "request")  # Admit made no deposit
                 break
             if resp.admitted:
                 probe = resp.probe_token
                 break
             hold = to_hold(resp.hold) if resp.HasField("hold") else None
             retry_at = resp.retry_at.ToDatetime(tzinfo=_dt.timezone.utc).timestamp() if resp.HasField("retry_at") else time.time() + 1
-            wait = max(0.0, retry_at - time.time()) + 0.01
-            yield ("event", Event("admit_refused", attempt, hold=hold, wait=wait))
-            if o.deadline_mono is not None and time.monotonic() + wait > o.deadline_mono:
-                raise Held(f"held until {hold.until if hold else retry_at}: {hold.reason if hold else ''}", hold)
-            yield ("event", Event("wait", attempt, hold=hold, wait=wait, detail="hold"))
-            yield ("sleep", wait)
-        if not admitted_once:
-            admitted_once = True
-            yield ("count", "request")
+            yield from _held(o, attempt, hold, retry_at, False)
+        admitted_once = True
 
         # 2. Run the caller's function.
         status, value = yield ("run",)
@@ -258,6 +266,17 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
         yield ("event", Event("wait", attempt, wait=wait))
         yield ("sleep", wait)
         attempt += 1
+
+
+def _held(o: Opts, attempt: int, hold: Optional[Hold], retry_at: float, local: bool) -> Generator[tuple, tuple, None]:
+    """A refusal by a hold (retryd's Admit or the local mirror): wait until retry_at, or raise Held
+    when that passes the deadline."""
+    wait = max(0.0, retry_at - time.time()) + 0.01
+    yield ("event", Event("admit_refused", attempt, hold=hold, wait=wait, local=local))
+    if o.deadline_mono is not None and time.monotonic() + wait > o.deadline_mono:
+        raise Held(f"held until {hold.until if hold else retry_at}: {hold.reason if hold else ''}", hold)
+    yield ("event", Event("wait", attempt, hold=hold, wait=wait, detail="hold", local=local))
+    yield ("sleep", wait)
 
 
 def _fallback(o: Opts, failure: Any, attempt: int) -> Optional[float]:
