@@ -78,7 +78,9 @@ export class CockatielAdvisor {
   private async attempt<T>(attempt: number, fn: (signal?: AbortSignal) => Promise<T>, signal?: AbortSignal): Promise<T> {
     const s = this.client.settings, stub = this.client.stub;
     const operation = this.opts.operation === "read" ? "OPERATION_KIND_READ" : "OPERATION_KIND_WRITE";
-    try {
+    const local = this.client.admitLocally(this.opts.method, attempt); // the holds mirror, when it can answer
+    if (local instanceof Held) throw local;
+    if (local === "ask") try {
       const admit = await unary(stub.Admit.bind(stub) as Unary<unknown, { admitted: boolean; hold?: { reason?: string } | null }>,
         { catalog: s.catalog, dependency: s.dependency, tenant: s.tenant, method: this.opts.method, operation, attempt }, s.timeoutMs);
       if (!admit.admitted) throw new Held(`held: ${admit.hold?.reason ?? ""}`);

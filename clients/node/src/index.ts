@@ -325,6 +325,16 @@ export class Client {
     return { catalog, dependency, tenant, locale, timeoutMs, fallback };
   }
 
+  /** The holds mirror's answer for one attempt, a first attempt admitted locally counted as a
+   * request (the deposit Admit would make). @internal shared with ./cockatiel */
+  admitLocally(method: string, attempt: number): "ask" | "admitted" | Held {
+    const local = this.o.mirror ? this.mirror.admit(this.o.catalog, this.o.dependency, this.o.tenant, method) : "ask";
+    if (local === "admitted") { if (attempt <= 1) this.count(method, 0); return local; }
+    if (local === "ask") { this.mirror.stats.admitRpcs++; return local; }
+    const hold = toHold(local.hold);
+    return new Held(`held until ${hold?.until?.toISOString()}: ${hold?.reason ?? ""} (local)`, hold);
+  }
+
   /** The mirror's and the RPCs' counters (a copy). */
   stats(): MirrorStats { return { ...this.mirror.stats }; }
 
