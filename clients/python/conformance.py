@@ -252,7 +252,9 @@ def outcome_of(exc: BaseException | None) -> dict:
         return {"error": "fallback"}
     if isinstance(exc, retryd.RetryRefused):
         d = exc.decision
-        return {"error": "retry_refused", "verdict": d.verdict if d else "", "terminal_state": d.terminal_state if d else ""}
+        # Scenario files name verdicts as the proto does (FIX_BEFORE_RETRY): the enum's name.
+        return {"error": "retry_refused", "verdict": d.verdict.name if d and d.verdict else "",
+                "terminal_state": d.terminal_state if d else ""}
     if isinstance(exc, asyncio.CancelledError):
         return {"error": "cancelled"}
     return {"error": "unmapped", "detail": repr(exc)}

@@ -29,6 +29,7 @@ from .errors import (
     refusal,
 )
 from .v1 import retryd_pb2 as pb
+from .words import HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict
 
 Mapper = Callable[[BaseException], Optional[dict]]
 
@@ -59,11 +60,11 @@ class Event:
     local: bool = False  # decided by the client's holds mirror, no RPC
 
 
-_VERDICTS = {v: k[len("VERDICT_"):] for k, v in pb.Verdict.items()}
-_STRATEGIES = {v: k[len("STRATEGY_"):] for k, v in pb.Strategy.items()}
-_SIDE = {v: k[len("SIDE_EFFECT_STATE_"):] for k, v in pb.SideEffectState.items()}
-_SCOPES = {v: k[len("SCOPE_"):] for k, v in pb.Scope.items()}
-_KINDS = {v: k[len("HOLD_KIND_"):] for k, v in pb.HoldKind.items()}
+_VERDICTS = {v: Verdict.of_proto(k, "VERDICT_") for k, v in pb.Verdict.items()}
+_STRATEGIES = {v: Strategy.of_proto(k, "STRATEGY_") for k, v in pb.Strategy.items()}
+_SIDE = {v: SideEffectState.of_proto(k, "SIDE_EFFECT_STATE_") for k, v in pb.SideEffectState.items()}
+_SCOPES = {v: HoldScope.of_proto(k, "SCOPE_") for k, v in pb.Scope.items()}
+_KINDS = {v: HoldKind.of_proto(k, "HOLD_KIND_") for k, v in pb.HoldKind.items()}
 
 
 def _ts(t: timestamp_pb2.Timestamp) -> Optional[_dt.datetime]:
@@ -75,18 +76,18 @@ def _ts(t: timestamp_pb2.Timestamp) -> Optional[_dt.datetime]:
 def to_hold(h: Any) -> Optional[Hold]:
     if not h.id:
         return None
-    return Hold(h.id, h.catalog, h.dependency, h.tenant, h.method, _SCOPES.get(h.scope, ""),
-                _KINDS.get(h.kind, ""), _ts(h.until), h.code, h.rule, h.reason)
+    return Hold(h.id, h.catalog, h.dependency, h.tenant, h.method, _SCOPES.get(h.scope),
+                _KINDS.get(h.kind), _ts(h.until), h.code, h.rule, h.reason)
 
 
 def to_decision(d: Any) -> Decision:
     r = d.retry
     return Decision(
-        verdict=_VERDICTS.get(d.verdict, "UNSPECIFIED"), reason=d.reason, rule=d.rule,
+        verdict=_VERDICTS.get(d.verdict), reason=d.reason, rule=d.rule,
         required_transition=d.required_transition, terminal_state=d.terminal_state,
         catalog=d.catalog, code=d.code, retryable=r.retryable, safe=r.safe,
-        after_ms=r.after_ms, max_after_ms=r.max_after_ms, strategy=_STRATEGIES.get(r.strategy, ""),
-        attempt=r.attempt, max_attempts=r.max_attempts, side_effect_state=_SIDE.get(r.side_effect_state, ""),
+        after_ms=r.after_ms, max_after_ms=r.max_after_ms, strategy=_STRATEGIES.get(r.strategy),
+        attempt=r.attempt, max_attempts=r.max_attempts, side_effect_state=_SIDE.get(r.side_effect_state),
         reconciliation_action=r.reconciliation_action if r.HasField("reconciliation_action") else None,
         hold=to_hold(d.hold) if d.HasField("hold") else None, warnings=tuple(d.warnings),
     )
@@ -234,15 +235,15 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                 yield ("event", Event("fallback", attempt, wait=wait or 0.0, detail=f"Classify failed: {resp}"))
                 if wait is None:
                     kind = "read" if failure.operation == pb.OPERATION_KIND_READ else "write"
-                    d = Decision(verdict="DO_NOT_RETRY", rule=f"client_fallback/{kind}",
+                    d = Decision(verdict=Verdict.DO_NOT_RETRY, rule=f"client_fallback/{kind}",
                                  reason=f"retryd unavailable ({resp}); the conservative fallback does not retry this {kind}")
-                    raise RetrydUnavailable(d.reason, d, exc) from exc
+                    raise RetrydUnavailable(d.reason, d, exc, RefusedReason.FALLBACK) from exc
                 break
             d = to_decision(resp.decision)
             yield ("event", Event("decision", attempt, decision=d))
-            if d.verdict == "ALREADY_APPLIED":
+            if d.verdict is Verdict.ALREADY_APPLIED:
                 return read_back_value
-            if d.verdict == "STATE_VERIFICATION_REQUIRED" and o.read_back is not None \
+            if d.verdict is Verdict.STATE_VERIFICATION_REQUIRED and o.read_back is not None \
                     and failure.read_back == pb.READ_BACK_UNSPECIFIED:
                 status, rb = yield ("read_back",)
                 if status == "ok" and rb is not None:
@@ -256,7 +257,7 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                     raise rb
                 yield ("event", Event("read_back", attempt, detail=pb.ReadBack.Name(failure.read_back)))
                 continue
-            if d.verdict != "RETRY_WITH_LIMIT":
+            if d.verdict is not Verdict.RETRY_WITH_LIMIT:
                 raise refusal(d, exc) from exc
             lo, hi = d.after_ms, max(d.after_ms, d.max_after_ms)
             wait = random.uniform(lo, hi) / 1000.0
