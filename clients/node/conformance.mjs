@@ -152,7 +152,7 @@ async function runOne(addr, down, slow, sc) {
     else if (err instanceof retryd.Held) out = { error: "held" };
     else if (err instanceof retryd.DeadlineExceeded) out = { error: "deadline_exceeded" };
     else if (err instanceof retryd.RetrydUnavailable) out = { error: "fallback" };
-    else if (err instanceof retryd.RetryRefused) out = { error: "retry_refused", verdict: err.decision?.verdict, terminal_state: err.decision?.terminalState };
+    else if (err instanceof retryd.RetryRefused) out = { error: "retry_refused", verdict: err.decision?.verdict?.toUpperCase(), terminal_state: err.decision?.terminalState };
     else if (err instanceof retryd.Cancelled) out = { error: "cancelled" };
     else out = { error: "unmapped", detail: String(err) };
   }

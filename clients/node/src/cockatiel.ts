@@ -16,10 +16,12 @@
 import * as grpc from "@grpc/grpc-js";
 import { defaultMapper, Held, rejectionOf, type Client, type FailureFields } from "./index.js";
 import type { Failure as FailureMessage } from "./gen/retryd/v1/Failure.js";
+import { Verdict, wordOf } from "./words.js";
 
 /** What the wrapped function throws when the call failed: retryd's advice, the dependency's error as `cause`. */
 export class RetrydAdvice extends Error {
-  constructor(readonly retry: boolean, readonly waitMs: number, readonly verdict: string, readonly cause: unknown) {
+  /** `verdict`: retryd's word ("retry_with_limit"), or "client_fallback" when retryd was unreachable. */
+  constructor(readonly retry: boolean, readonly waitMs: number, readonly verdict: Verdict | "client_fallback" | "", readonly cause: unknown) {
     super(`retryd: ${verdict}${retry ? ` (retry in ${Math.round(waitMs)} ms)` : ""}`);
   }
 }
@@ -119,8 +121,8 @@ export class CockatielAdvisor {
       throw new RetrydAdvice(may, Math.random() * Math.min(s.fallback.capMs, s.fallback.baseMs * 2 ** (attempt - 1)),
         "client_fallback", error);
     }
-    const verdict = String(decision?.verdict ?? "").replace(/^VERDICT_/, "");
+    const verdict = wordOf(Verdict, decision?.verdict, "VERDICT_") ?? "";
     const lo = Number(decision?.retry?.after_ms ?? 0), hi = Math.max(lo, Number(decision?.retry?.max_after_ms ?? 0));
-    throw new RetrydAdvice(verdict === "RETRY_WITH_LIMIT", lo + Math.random() * (hi - lo), verdict, error);
+    throw new RetrydAdvice(verdict === Verdict.RetryWithLimit, lo + Math.random() * (hi - lo), verdict, error);
   }
 }

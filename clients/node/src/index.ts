@@ -22,6 +22,8 @@ import type { Decision__Output } from "./gen/retryd/v1/Decision.js";
 import type { Hold__Output } from "./gen/retryd/v1/Hold.js";
 import type { Timestamp__Output } from "./gen/google/protobuf/Timestamp.js";
 import { Mirror, type MirrorStats } from "./mirror.js";
+import { HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict, wordOf } from "./words.js";
+export { HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict };
 export type { RetryDecisionServiceClient, MirrorStats };
 
 export type Operation = "read" | "write";
@@ -41,14 +43,15 @@ export interface FailureFields {
 
 export interface Hold {
   id: string; catalog: string; dependency: string; tenant: string; method: string;
-  scope: string; kind: string; until?: Date; code: string; rule: string; reason: string;
+  scope?: HoldScope; kind?: HoldKind; until?: Date; code: string; rule: string; reason: string;
 }
 
-/** retryd's answer for one failure. */
+/** retryd's answer for one failure. `verdict` is retryd's word ("retry_with_limit"). */
 export interface Decision {
-  verdict: "RETRY_WITH_LIMIT" | "STATE_VERIFICATION_REQUIRED" | "FIX_BEFORE_RETRY" | "DO_NOT_RETRY" | "ALREADY_APPLIED";
+  verdict: Verdict;
   reason: string; rule: string; requiredTransition: string; terminalState: string;
-  afterMs: number; maxAfterMs: number; hold?: Hold; raw?: Decision__Output;
+  afterMs: number; maxAfterMs: number; strategy?: Strategy; sideEffectState?: SideEffectState;
+  hold?: Hold; raw?: Decision__Output;
 }
 
 export interface Event {
@@ -102,17 +105,20 @@ export class DependencyError extends Error {
   }
 }
 export class Inconclusive extends Error {}
+/** The loop stopped without a result; `reason` says why. */
 export class RetryRefused extends Error {
+  readonly reason: RefusedReason = RefusedReason.Verdict;
   constructor(message: string, public decision?: Decision, public cause?: unknown) { super(message); }
 }
 export class FixBeforeRetry extends RetryRefused {}
 export class DoNotRetry extends RetryRefused {}
 export class VerificationRequired extends RetryRefused {}
 export class Held extends RetryRefused {
+  override readonly reason: RefusedReason = RefusedReason.Held;
   constructor(message: string, public hold?: Hold) { super(message); }
 }
-export class DeadlineExceeded extends RetryRefused {}
-export class RetrydUnavailable extends RetryRefused {}
+export class DeadlineExceeded extends RetryRefused { override readonly reason: RefusedReason = RefusedReason.DeadlineExceeded; }
+export class RetrydUnavailable extends RetryRefused { override readonly reason: RefusedReason = RefusedReason.Fallback; }
 export class Cancelled extends Error {}
 
 /** retryd refused the request itself (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED): a mistake in the
@@ -272,19 +278,20 @@ function service(): grpc.ServiceClientConstructor {
 
 const ts = (d: Date) => ({ seconds: Math.floor(d.getTime() / 1000), nanos: (d.getTime() % 1000) * 1e6 });
 const fromTs = (t: Timestamp__Output | null | undefined): Date | undefined => (t && (t.seconds || t.nanos) ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : undefined);
-const strip = (s: string, p: string) => (s?.startsWith(p) ? s.slice(p.length) : s ?? "");
 
 function toHold(h: Hold__Output | null | undefined): Hold | undefined {
   if (!h?.id) return undefined;
   return { id: h.id, catalog: h.catalog, dependency: h.dependency, tenant: h.tenant, method: h.method,
-    scope: strip(h.scope, "SCOPE_"), kind: strip(h.kind, "HOLD_KIND_"), until: fromTs(h.until), code: h.code, rule: h.rule, reason: h.reason };
+    scope: wordOf(HoldScope, h.scope, "SCOPE_"), kind: wordOf(HoldKind, h.kind, "HOLD_KIND_"), until: fromTs(h.until), code: h.code, rule: h.rule, reason: h.reason };
 }
 
 function toDecision(d: Decision__Output): Decision {
   const r = d.retry;
-  return { verdict: strip(d.verdict, "VERDICT_") as Decision["verdict"], reason: d.reason, rule: d.rule,
+  return { verdict: wordOf(Verdict, d.verdict, "VERDICT_") as Verdict, reason: d.reason, rule: d.rule,
     requiredTransition: d.required_transition, terminalState: d.terminal_state,
-    afterMs: Number(r?.after_ms ?? 0), maxAfterMs: Number(r?.max_after_ms ?? 0), hold: toHold(d.hold), raw: d };
+    afterMs: Number(r?.after_ms ?? 0), maxAfterMs: Number(r?.max_after_ms ?? 0),
+    strategy: wordOf(Strategy, r?.strategy, "STRATEGY_"), sideEffectState: wordOf(SideEffectState, r?.side_effect_state, "SIDE_EFFECT_STATE_"),
+    hold: toHold(d.hold), raw: d };
 }
 
 /** The default Sleep: setTimeout, rejected with Cancelled when the signal aborts. */
@@ -503,7 +510,7 @@ export class Client {
           if (!may || attempt >= this.o.fallback.maxAttempts) {
             this.event({ kind: "fallback", attempt, detail });
             const kind = op === "OPERATION_KIND_READ" ? "read" : "write";
-            const d: Decision = { verdict: "DO_NOT_RETRY", rule: `client_fallback/${kind}`, requiredTransition: "", terminalState: "",
+            const d: Decision = { verdict: Verdict.DoNotRetry, rule: `client_fallback/${kind}`, requiredTransition: "", terminalState: "",
               afterMs: 0, maxAfterMs: 0, reason: `retryd unavailable (${err?.message ?? err}); the conservative fallback does not retry this ${kind}` };
             throw new RetrydUnavailable(d.reason, d, error);
           }
@@ -514,8 +521,8 @@ export class Client {
         if (!resp.decision) throw new Error("retryd answered Classify without a decision");
         const d = toDecision(resp.decision);
         this.event({ kind: "decision", attempt, decision: d });
-        if (d.verdict === "ALREADY_APPLIED") return readBackValue as T;
-        if (d.verdict === "STATE_VERIFICATION_REQUIRED" && opts.readBack && failure.read_back === "READ_BACK_UNSPECIFIED") {
+        if (d.verdict === Verdict.AlreadyApplied) return readBackValue as T;
+        if (d.verdict === Verdict.StateVerificationRequired && opts.readBack && failure.read_back === "READ_BACK_UNSPECIFIED") {
           try {
             const v = await opts.readBack();
             if (v === null || v === undefined) failure.read_back = "READ_BACK_EFFECT_ABSENT";
@@ -527,10 +534,10 @@ export class Client {
           this.event({ kind: "read_back", attempt, detail: failure.read_back });
           continue;
         }
-        if (d.verdict !== "RETRY_WITH_LIMIT") {
-          const Cls = d.verdict === "FIX_BEFORE_RETRY" ? FixBeforeRetry : d.verdict === "DO_NOT_RETRY" ? DoNotRetry
-            : d.verdict === "STATE_VERIFICATION_REQUIRED" ? VerificationRequired : RetryRefused;
-          throw new Cls(`${d.verdict.toLowerCase()}: ${d.reason}`, d, error);
+        if (d.verdict !== Verdict.RetryWithLimit) {
+          const Cls = d.verdict === Verdict.FixBeforeRetry ? FixBeforeRetry : d.verdict === Verdict.DoNotRetry ? DoNotRetry
+            : d.verdict === Verdict.StateVerificationRequired ? VerificationRequired : RetryRefused;
+          throw new Cls(`${d.verdict}: ${d.reason}`, d, error);
         }
         const hi = Math.max(d.afterMs, d.maxAfterMs);
         waitMs = d.afterMs + Math.random() * (hi - d.afterMs);
