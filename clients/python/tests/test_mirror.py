@@ -2,21 +2,18 @@
 the sync client's watch against the real retryd (RETRYD_BIN) through a restart."""
 
 import os
-import socket
 import subprocess
 import tempfile
 import threading
 import time
 import unittest
-from pathlib import Path
 
 import grpc
 
 import retryd
 from retryd._mirror import ADMITTED, ASK, MAX_WATCHED, Mirror
 from retryd.v1 import retryd_pb2 as pb
-
-ROOT = Path(__file__).resolve().parents[3]
+from test_tenacity import ROOT, free_port
 
 
 def hold(hid: str, until: float, *, dep: str = "d", tenant: str = "", method: str = "", scope: int = pb.SCOPE_DEPENDENCY,
@@ -179,14 +176,6 @@ class MirrorDecisions(unittest.TestCase):
         m.on_event(gen, ev(pb.HOLD_EVENT_KIND_PLACED, hold("h", time.time() + 60, tenant="h:abcd", scope=pb.SCOPE_TENANT)))
         self.assertIs(m.admit("", "d", "t", ""), ASK)
         self.assertIs(m.admit("", "d", "", ""), ADMITTED)
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class MirrorAgainstRetryd(unittest.TestCase):
