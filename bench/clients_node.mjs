@@ -35,5 +35,15 @@ const through = await timed(() => client.call(noop, opts), n);
 const admits = client.stats().admitRpcs - before;
 const bare = await timed(noop, n);
 await client.close();
-const mb = median(bare) / 1000, mt = median(through) / 1000;
-console.log(`${"node Client".padEnd(22)} bare ${mb.toFixed(2).padStart(8)} µs  through ${mt.toFixed(2).padStart(8)} µs  added ${(mt - mb).toFixed(2).padStart(8)} µs (median; p99 through ${(p99(through) / 1000).toFixed(1)} µs)  Admit RPCs ${admits}`);
+const row = (name, through, admits) => {
+  const mb = median(bare) / 1000, mt = median(through) / 1000;
+  console.log(`${name.padEnd(22)} bare ${mb.toFixed(2).padStart(8)} µs  through ${mt.toFixed(2).padStart(8)} µs  added ${(mt - mb).toFixed(2).padStart(8)} µs (median; p99 through ${(p99(through) / 1000).toFixed(1)} µs)  Admit RPCs ${admits}`);
+};
+row("node Client", through, admits);
+// The same with the mirror off: an Admit RPC before every attempt (what every call cost before #26).
+const off = new retryd.Client(process.env.RETRYD_ADDR, { catalog: "vibecode", dependency: `bench-dep-${run}`, tenant: `bench-tenant-${run}`, mirror: false });
+await timed(() => off.call(noop, opts), 200);
+const before2 = off.stats().admitRpcs;
+const throughOff = await timed(() => off.call(noop, opts), n);
+row("node mirror: false", throughOff, off.stats().admitRpcs - before2);
+await off.close();

@@ -72,6 +72,16 @@ def main() -> int:
     c.close()
     row("python Client", bare, through, admits)
 
+    # The same with the mirror off: an Admit RPC before every attempt (what every call cost before #26).
+    off = retryd.Client(addr, mirror=False, **kw)
+    call = lambda: off.call(noop, operation="read", method="crm.deal.get")  # noqa: E731
+    timed(call, 200)
+    before = off.stats().admit_rpcs
+    through = timed(call, n)
+    admits = off.stats().admit_rpcs - before
+    off.close()
+    row("python mirror=False", bare, through, admits)
+
     async def amain() -> None:
         a = retryd.AsyncClient(addr, **kw)
         assert await a.watch(timeout=5.0), "the mirror did not sync"
