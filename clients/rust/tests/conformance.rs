@@ -437,6 +437,8 @@ async fn conformance() {
     std::fs::write(&tok, format!("{TOKEN}\n")).unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
     let mut server = tokio::process::Command::new(&bin)
+        // The suite's own catalog (a circuit with a 600 ms probe).
+        .env("RETRYD_POLICY", root.join("clients/conformance/policies"))
         .args([
             "serve",
             "--listen",
