@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # What a client library adds to a call, against calling retryd's RPCs by hand
 # (the Go library; clients/go/cmd/bench). Starts its own retryd on a free port.
+# Python and Node: a no-op through the client (holds mirror synced, no hold)
+# against the bare no-op, medians (bench/clients_python.py, bench/clients_node.mjs;
+# targets: 20 µs added each). Java: JMH (clients/java/src/test/java/dev/retryd/client/bench;
+# target 5 µs added), then how fast a hold reaches a mirror, a reset and a restart under 40 mirror clients.
 #
 #   bash bench/clients.sh [-n 5000]        # RETRYD_BIN: the binary (default target/release/retryd, else target/debug/retryd)
+#   CLIENTS="python node" bash bench/clients.sh -n 20000   # only these (default: go python node java)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
@@ -14,12 +19,20 @@ pid=$!
 trap 'kill "$pid"; wait "$pid" 2>/dev/null' EXIT
 until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.1; done
 echo "retryd: $bin"
-[[ "${BENCH_GO:-1}" == 0 ]] || (cd "$root/clients/go" && GOFLAGS="${GOFLAGS:-} -buildvcs=false" go run ./cmd/bench -addr "127.0.0.1:$port" "$@")
+clients=" ${CLIENTS:-go python node java} "
+[[ "$clients" != *" go "* ]] || \
+(cd "$root/clients/go" && GOFLAGS="${GOFLAGS:-} -buildvcs=false" go run ./cmd/bench -addr "127.0.0.1:$port" "$@")
+if [[ "$clients" == *" python "* ]]; then
+  RETRYD_ADDR="127.0.0.1:$port" "$root/clients/python/.venv/bin/python" "$root/bench/clients_python.py" "$@"
+fi
+if [[ "$clients" == *" node "* ]]; then
+  (cd "$root/clients/node" && npm run --silent build) && RETRYD_ADDR="127.0.0.1:$port" node "$root/bench/clients_node.mjs" "$@"
+fi
 
 # --- Java (clients/java): JMH sample time, a no-op through client.call (holds mirror synced, no hold in force)
 # against the no-op called bare; the median is over every sampled call (hundreds of thousands). The mirror-off
-# line (one Admit RPC per call) is for reference. BENCH_JAVA=0 skips it.
-if [[ "${BENCH_JAVA:-1}" != 0 ]]; then
+# line (one Admit RPC per call) is for reference; then the propagation, reset and restart measures.
+if [[ "$clients" == *" java "* ]]; then
   (cd "$root/clients/java" && mvn -q -B test-compile dependency:build-classpath -Dmdep.outputFile=target/classpath.txt >/dev/null)
   jcp="$(cat "$root/clients/java/target/classpath.txt"):$root/clients/java/target/classes:$root/clients/java/target/test-classes"
   jout="$(mktemp)"
