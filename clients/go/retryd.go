@@ -66,8 +66,12 @@ var DefaultFallback = Fallback{MaxAttempts: 3, Base: 100 * time.Millisecond, Cap
 
 // Event is one step of the loop, for logs and traces.
 type Event struct {
-	// Kind: "admit_refused", "decision", "wait", "read_back", "fallback", "success".
-	Kind     string
+	// Kind: "admit_refused", "decision", "wait", "read_back", "fallback",
+	// "success"; the mirror's "mirror_stale" (its stream is down) and
+	// "mirror_synced" (a snapshot arrived).
+	Kind string
+	// Local: an admit_refused (or its wait) decided from the holds mirror, no RPC.
+	Local    bool
 	Attempt  int
 	Decision *Decision
 	Hold     *Hold
@@ -99,6 +103,8 @@ type options struct {
 	hook                                 func(Event)
 	logger                               *slog.Logger
 	dialOpts                             []grpc.DialOption
+	noMirror                             bool
+	maxHolds                             int
 }
 
 // Option configures a Client.
@@ -142,6 +148,15 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // WithReportInterval sets how often outcome counts are sent (default 1 s).
 func WithReportInterval(d time.Duration) Option { return func(o *options) { o.reportEvery = d } }
 
+// WithMirror turns the local holds mirror on (the default) or off. Off,
+// every attempt asks Admit (an RPC per call).
+func WithMirror(on bool) Option { return func(o *options) { o.noMirror = !on } }
+
+// WithMaxHolds bounds the mirror (default DefaultMaxHolds). Beyond it the
+// hold ending soonest is dropped and its dependency uses Admit until the
+// next snapshot.
+func WithMaxHolds(n int) Option { return func(o *options) { o.maxHolds = max(n, 1) } }
+
 // WithDialOptions adds grpc dial options.
 func WithDialOptions(d ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, d...) }
@@ -157,6 +172,8 @@ type Client struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	mirror    *mirror // nil: off
+	counters  counters
 }
 
 // New connects to retryd at address ("host:port"). Connecting eagerly is
@@ -164,7 +181,7 @@ type Client struct {
 // calls then use the fallback until it answers.
 func New(address string, opts ...Option) (*Client, error) {
 	o := options{timeout: 50 * time.Millisecond, connectTimeout: time.Second, reportEvery: time.Second,
-		sleep: SleepContext, fallback: DefaultFallback, logger: slog.Default()}
+		sleep: SleepContext, fallback: DefaultFallback, logger: slog.Default(), maxHolds: DefaultMaxHolds}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -190,6 +207,13 @@ func New(address string, opts ...Option) (*Client, error) {
 		cancel()
 	}
 	go c.reporter()
+	if !o.noMirror {
+		// The client's own dependency and tenant are declared at once: the
+		// snapshot usually arrives before the first call.
+		c.mirror = newMirror(c, o.maxHolds)
+		c.mirror.want([]string{o.dependency}, []string{o.tenant})
+		go c.mirror.run()
+	}
 	return c, nil
 }
 
@@ -198,7 +222,13 @@ func (c *Client) Fallbacks() uint64 { return c.fallbacks.Load() }
 
 // Close sends the outcome counts not yet reported and closes the connection.
 func (c *Client) Close() error {
-	c.closeOnce.Do(func() { close(c.stop); <-c.done })
+	c.closeOnce.Do(func() {
+		if c.mirror != nil {
+			c.mirror.close()
+		}
+		close(c.stop)
+		<-c.done
+	})
 	return c.conn.Close()
 }
 
@@ -227,6 +257,12 @@ func (c *Client) flush(timeout time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	var n uint64
+	for _, k := range req.Counts {
+		n += k.Requests
+	}
+	c.counters.reportRPCs.Add(1)
+	c.counters.reportedRequests.Add(n)
 	_, _ = c.stub.ReportOutcomes(ctx, req)
 }
 
@@ -234,6 +270,8 @@ func (c *Client) event(e Event) {
 	if e.Kind == "fallback" {
 		c.fallbacks.Add(1)
 		c.o.logger.Warn("retryd: conservative fallback", "detail", e.Detail, "attempt", e.Attempt)
+	} else if e.Kind == "mirror_stale" {
+		c.o.logger.Warn("retryd: holds mirror stale; known holds still refuse, other calls ask Admit", "detail", e.Detail)
 	} else {
 		c.o.logger.Debug("retryd", "event", e.Kind, "attempt", e.Attempt, "wait", e.Wait)
 	}
@@ -340,14 +378,37 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 		mapper = DefaultMapper
 	}
 	deadline, hasDeadline := ctx.Deadline()
-	c.counts.add(sc, 1, 0, 0)
 	for {
-		// 1. Admit; retryd unreachable does not stop the call (fail open).
+		// 1. Admit: from the mirror when it knows the scope, else the RPC;
+		// retryd unreachable does not stop the call (fail open).
 		probe := ""
 		for {
 			if err := ctx.Err(); err != nil {
 				return zero, err
 			}
+			adm, mh, localAt := c.mirror.decide(sc.catalog, sc.dependency, sc.tenant, sc.method)
+			if adm == admitLocal {
+				c.counters.localAdmits.Add(1)
+				if attempt == 1 {
+					c.counts.add(sc, 1, 0, 0) // the deposit Admit would have made
+				}
+				break
+			}
+			if adm == refuseLocal {
+				c.counters.localRefusals.Add(1)
+				hold := holdOf(mh.raw)
+				wait := max(time.Until(localAt)+10*time.Millisecond, 0)
+				c.event(Event{Kind: "admit_refused", Attempt: attempt, Hold: hold, Wait: wait, Local: true})
+				if hasDeadline && time.Now().Add(wait).After(deadline) {
+					return zero, &RefusedError{Reason: RefusedHeld, Hold: hold}
+				}
+				c.event(Event{Kind: "wait", Attempt: attempt, Hold: hold, Wait: wait, Detail: "hold", Local: true})
+				if err := c.o.sleep(ctx, wait); err != nil {
+					return zero, err
+				}
+				continue
+			}
+			c.counters.admitRPCs.Add(1)
 			rctx, cancel := c.rpcCtx(ctx)
 			resp, err := c.stub.Admit(rctx, &pb.AdmitRequest{Catalog: c.o.catalog, Dependency: c.o.dependency,
 				Tenant: c.o.tenant, Method: call.Method, Operation: op, Attempt: uint32(attempt)})
@@ -360,12 +421,16 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 					return zero, rej
 				}
 				c.event(Event{Kind: "fallback", Attempt: attempt, Detail: "Admit failed: " + err.Error()})
+				if attempt == 1 {
+					c.counts.add(sc, 1, 0, 0) // retryd made no deposit
+				}
 				break
 			}
 			if resp.Admitted {
 				probe = resp.ProbeToken
 				break
 			}
+			c.mirror.learn(resp.Hold)
 			hold := holdOf(resp.Hold)
 			retryAt := time.Now().Add(time.Second)
 			if resp.RetryAt != nil {
@@ -390,6 +455,7 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 		if err == nil {
 			c.counts.add(sc, 0, 1, 0)
 			if probe != "" {
+				c.counters.reportRPCs.Add(1)
 				rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
 				_, _ = c.stub.ReportOutcomes(rctx, &pb.ReportOutcomesRequest{ProbeToken: probe, ProbeSucceeded: true})
 				cancel()
@@ -440,6 +506,7 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 				wait = w
 				break
 			}
+			c.mirror.learn(resp.Decision.GetHold())
 			d := decisionOf(resp.Decision)
 			c.event(Event{Kind: "decision", Attempt: attempt, Decision: d})
 			if d.Verdict == "ALREADY_APPLIED" {

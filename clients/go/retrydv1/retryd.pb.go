@@ -1619,7 +1619,10 @@ type WatchHoldsRequest struct {
 	// Only these dependencies (any of them; at most 256), together with
 	// `dependency` if set: one process watches every dependency it calls on
 	// one stream.
-	Dependencies  []string `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	Dependencies []string `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	// Only tenant holds of these tenants (at most 256), sent in clear;
+	// dependency and method holds are sent whatever the tenants.
+	Tenants       []string `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1678,6 +1681,13 @@ func (x *WatchHoldsRequest) GetTenant() string {
 func (x *WatchHoldsRequest) GetDependencies() []string {
 	if x != nil {
 		return x.Dependencies
+	}
+	return nil
+}
+
+func (x *WatchHoldsRequest) GetTenants() []string {
+	if x != nil {
+		return x.Tenants
 	}
 	return nil
 }
@@ -3676,14 +3686,15 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x12ReleaseHoldRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\":\n" +
 	"\x13ReleaseHoldResponse\x12#\n" +
-	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\x89\x01\n" +
+	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\xa3\x01\n" +
 	"\x11WatchHoldsRequest\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x02 \x01(\tR\n" +
 	"dependency\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\"\n" +
-	"\fdependencies\x18\x04 \x03(\tR\fdependencies\"\xa4\x01\n" +
+	"\fdependencies\x18\x04 \x03(\tR\fdependencies\x12\x18\n" +
+	"\atenants\x18\x05 \x03(\tR\atenants\"\xa4\x01\n" +
 	"\x12WatchHoldsResponse\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.retryd.v1.HoldEventKindR\x04kind\x12#\n" +
 	"\x04hold\x18\x02 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\x12;\n" +
