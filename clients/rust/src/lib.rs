@@ -30,6 +30,9 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 mod mappers;
+mod mirror;
+pub use mirror::{MirrorStats, NotWatched, DEFAULT_MAX_HOLDS, MAX_WATCHED};
+use mirror::{Admission, Mirror};
 pub use mappers::{DependencyError, HttpStatusError, IntoFailure, from_envelope, from_grpc, from_http, pushback};
 
 /// The generated `retryd.v1` types and client, for calling the RPCs by hand.
@@ -302,7 +305,9 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for Error<E> {}
 /// One step of the loop, for logs and traces.
 #[derive(Clone, Debug)]
 pub struct Event {
-    /// `admit_refused`, `decision`, `wait`, `read_back`, `fallback`, `success`.
+    /// `admit_refused`, `decision`, `wait`, `read_back`, `fallback`,
+    /// `success`; the mirror's `mirror_stale` (its stream is down) and
+    /// `mirror_synced` (a snapshot arrived).
     pub kind: &'static str,
     /// The attempt (1-based).
     pub attempt: u32,
@@ -312,6 +317,8 @@ pub struct Event {
     pub wait: Duration,
     /// Free text (the RPC error of a fallback, the read-back's finding).
     pub detail: String,
+    /// An `admit_refused` (or its `wait`) decided from the holds mirror, no RPC.
+    pub local: bool,
 }
 
 impl Event {
@@ -322,6 +329,7 @@ impl Event {
             decision: None,
             wait: Duration::ZERO,
             detail: String::new(),
+            local: false,
         }
     }
 }
@@ -340,6 +348,8 @@ pub struct ClientBuilder {
     fallback: Fallback,
     hook: Option<Hook>,
     report_interval: Duration,
+    mirror: bool,
+    max_holds: usize,
 }
 
 impl ClientBuilder {
@@ -398,6 +408,19 @@ impl ClientBuilder {
         self.report_interval = d;
         self
     }
+    /// The local holds mirror on (the default) or off. Off, every attempt
+    /// asks `Admit` (an RPC per call).
+    pub fn mirror(mut self, on: bool) -> Self {
+        self.mirror = on;
+        self
+    }
+    /// Bounds the mirror (default [`DEFAULT_MAX_HOLDS`]). Beyond it the hold
+    /// ending soonest is dropped and its dependency uses `Admit` until the
+    /// next snapshot.
+    pub fn max_holds(mut self, n: usize) -> Self {
+        self.max_holds = n.max(1);
+        self
+    }
 
     /// Connects eagerly within the connect timeout; an unreachable retryd is
     /// not an error (calls use the fallback until it answers). Must run in a
@@ -426,8 +449,20 @@ impl ClientBuilder {
             // An address that is no URI: every RPC fails, the fallback decides.
             Err(_) => Endpoint::from_static("http://0.0.0.0:1").connect_lazy(),
         };
+        let stub = RetryDecisionServiceClient::new(channel);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mirror = self.mirror.then(|| {
+            let m = Mirror::start(stub.clone(), self.hook.clone(), self.max_holds, stopped);
+            // The client's own dependency and tenant are declared at once: the
+            // snapshot usually arrives before the first call.
+            m.want(&[self.dependency.clone()], &[self.tenant.clone()]);
+            m
+        });
         let inner = Arc::new(Inner {
-            stub: RetryDecisionServiceClient::new(channel),
+            stub,
+            mirror,
+            stop,
+            counters: Counters::default(),
             catalog: self.catalog,
             dependency: self.dependency,
             tenant: self.tenant,
@@ -474,8 +509,22 @@ pub fn tls_from_env() -> std::io::Result<Option<ClientTlsConfig>> {
 
 type ScopeKey = (String, String, String, String);
 
+/// What the client sent and decided (kept with the mirror off too).
+#[derive(Default)]
+struct Counters {
+    admit_rpcs: AtomicU64,
+    local_admissions: AtomicU64,
+    local_refusals: AtomicU64,
+    report_rpcs: AtomicU64,
+    reported_requests: AtomicU64,
+}
+
 struct Inner {
     stub: RetryDecisionServiceClient<Channel>,
+    mirror: Option<Arc<Mirror>>,
+    // Dropped with the client (or set by close): the mirror's stream ends.
+    stop: tokio::sync::watch::Sender<bool>,
+    counters: Counters,
     catalog: String,
     dependency: String,
     tenant: String,
@@ -522,6 +571,9 @@ impl Inner {
             return;
         }
         let mut stub = self.stub.clone();
+        let n: u64 = counts.iter().map(|c| c.requests).sum();
+        self.counters.report_rpcs.fetch_add(1, Ordering::Relaxed);
+        self.counters.reported_requests.fetch_add(n, Ordering::Relaxed);
         let req = pb::ReportOutcomesRequest {
             counts,
             ..Default::default()
@@ -571,6 +623,8 @@ impl Client {
             fallback: Fallback::default(),
             hook: None,
             report_interval: Duration::from_secs(1),
+            mirror: true,
+            max_holds: DEFAULT_MAX_HOLDS,
         }
     }
 
@@ -584,9 +638,55 @@ impl Client {
         self.inner.stub.clone()
     }
 
-    /// Sends the outcome counts not yet reported.
+    /// Sends the outcome counts not yet reported and ends the mirror's
+    /// stream (calls after it ask `Admit`).
     pub async fn close(&self) {
+        let _ = self.inner.stop.send(true);
+        if let Some(m) = &self.inner.mirror {
+            m.close();
+        }
         self.inner.flush(Duration::from_secs(1)).await;
+    }
+
+    /// The mirror's state (zero with the mirror off) and the client's counters.
+    pub fn stats(&self) -> MirrorStats {
+        let k = &self.inner.counters;
+        let mut s = MirrorStats {
+            admit_rpcs: k.admit_rpcs.load(Ordering::Relaxed),
+            local_admissions: k.local_admissions.load(Ordering::Relaxed),
+            local_refusals: k.local_refusals.load(Ordering::Relaxed),
+            report_rpcs: k.report_rpcs.load(Ordering::Relaxed),
+            reported_requests: k.reported_requests.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        if let Some(m) = &self.inner.mirror {
+            m.stats(&mut s);
+        }
+        s
+    }
+
+    /// Declares dependencies and tenants the client will call (at startup)
+    /// and waits until the mirror's snapshot covers them (`SYNCED`); wrap it
+    /// in `tokio::time::timeout` to bound the wait (calls use `Admit` until
+    /// the snapshot arrives). An error when the mirror is off or past
+    /// [`MAX_WATCHED`] (those calls use `Admit`).
+    pub async fn watch<D, T>(&self, deps: D, tenants: T) -> Result<(), NotWatched>
+    where
+        D: IntoIterator,
+        D::Item: Into<String>,
+        T: IntoIterator,
+        T::Item: Into<String>,
+    {
+        let Some(m) = &self.inner.mirror else {
+            return Err(NotWatched::MirrorOff);
+        };
+        let deps: Vec<String> = deps.into_iter().map(Into::into).collect();
+        let tenants: Vec<String> = tenants.into_iter().map(Into::into).collect();
+        if !m.want(&deps, &tenants) {
+            return Err(NotWatched::Limit);
+        }
+        m.wait(&deps, &tenants).await;
+        Ok(())
     }
 
     /// Runs `f` under the loop; errors are mapped with [`IntoFailure`].
@@ -613,14 +713,50 @@ impl Client {
         let deadline_wall = deadline.map(|d| SystemTime::now() + d.saturating_duration_since(Instant::now()));
         let past = |wait: Duration| deadline.is_some_and(|d| Instant::now() + wait > d);
         let mut attempt: u32 = 1;
-        inner.count(&call.method, 0);
         loop {
-            // 1. Admit; retryd unreachable does not stop the call (fail open).
+            // 1. Admit: from the mirror when it knows the scope, else the RPC;
+            // retryd unreachable does not stop the call (fail open).
             let mut probe = String::new();
             loop {
                 if past(Duration::ZERO) {
                     return Err(Error::DeadlineExceeded { source: None });
                 }
+                let admission = match &inner.mirror {
+                    Some(m) => m.decide(&inner.catalog, &inner.dependency, &inner.tenant, &call.method),
+                    None => Admission::Ask,
+                };
+                match admission {
+                    Admission::Local => {
+                        inner.counters.local_admissions.fetch_add(1, Ordering::Relaxed);
+                        if attempt == 1 {
+                            inner.count(&call.method, 0); // the deposit Admit would have made
+                        }
+                        break;
+                    }
+                    Admission::Refuse { hold, retry_at } => {
+                        inner.counters.local_refusals.fetch_add(1, Ordering::Relaxed);
+                        let wait =
+                            retry_at.duration_since(SystemTime::now()).unwrap_or_default() + Duration::from_millis(10);
+                        inner.event(Event {
+                            wait,
+                            local: true,
+                            ..Event::new("admit_refused", attempt)
+                        });
+                        if past(wait) {
+                            return Err(Error::Held { hold: Some(hold) });
+                        }
+                        inner.event(Event {
+                            wait,
+                            local: true,
+                            detail: "hold".into(),
+                            ..Event::new("wait", attempt)
+                        });
+                        (inner.sleeper)(wait).await;
+                        continue;
+                    }
+                    Admission::Ask => {}
+                }
+                inner.counters.admit_rpcs.fetch_add(1, Ordering::Relaxed);
                 let req = pb::AdmitRequest {
                     catalog: inner.catalog.clone(),
                     dependency: inner.dependency.clone(),
@@ -636,6 +772,9 @@ impl Client {
                         if r.admitted {
                             probe = r.probe_token;
                             break;
+                        }
+                        if let Some(m) = &inner.mirror {
+                            m.learn(r.hold.as_ref());
                         }
                         let retry_at = r
                             .retry_at
@@ -671,6 +810,9 @@ impl Client {
                             detail,
                             ..Event::new("fallback", attempt)
                         });
+                        if attempt == 1 {
+                            inner.count(&call.method, 0); // retryd made no deposit
+                        }
                         break;
                     }
                 }
@@ -681,6 +823,7 @@ impl Client {
                 Ok(v) => {
                     inner.count(&call.method, 1);
                     if !probe.is_empty() {
+                        inner.counters.report_rpcs.fetch_add(1, Ordering::Relaxed);
                         let mut stub = inner.stub.clone();
                         let req = pb::ReportOutcomesRequest {
                             probe_token: probe,
@@ -792,6 +935,9 @@ impl Client {
                         break w;
                     }
                 };
+                if let Some(m) = &inner.mirror {
+                    m.learn(resp.hold.as_ref());
+                }
                 let d = Decision::from(resp);
                 inner.event(Event {
                     decision: Some(d.clone()),

@@ -241,6 +241,10 @@ func setup(c *retryd.Client, stub pb.RetryDecisionServiceClient, sc *scenario, t
 					return err
 				}
 			}
+			// The lift reaches the mirror by its watch event: wait for it (as for a placement).
+			for until := time.Now().Add(3 * time.Second); c.Stats().Holds > 0 && time.Now().Before(until); {
+				time.Sleep(2 * time.Millisecond)
+			}
 		}
 	}
 	return nil
