@@ -194,7 +194,7 @@ async fn execute(cmd: HoldsCommand) -> u8 {
                     catalog: filter.catalog.clone(),
                     dependency: filter.dependency.clone(),
                     tenant: filter.tenant.clone(),
-                    dependencies: Vec::new(),
+                    ..Default::default()
                 },
                 token.as_deref(),
             );

@@ -361,6 +361,7 @@ impl RetryDecisionService for RetryDecisionApi {
             catalog: req.catalog,
             dependencies,
             tenant: req.tenant,
+            tenants: req.tenants,
         };
         let events = self.service.watch_holds(filter, operator, &caller).map_err(status_of)?;
         // The server resets the stream when it stalls (its end may never be taken).

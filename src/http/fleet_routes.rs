@@ -77,7 +77,7 @@ pub fn list_budgets(door: &Door, call: &Call<'_>) -> Result<http::Response<axum:
     Ok(json_response(StatusCode::OK, &json!({ "budgets": budgets })))
 }
 
-/// `GET /v1/holds:watch?catalog=&dependency=&dependencies=a,b&tenant=` (gRPC
+/// `GET /v1/holds:watch?catalog=&dependency=&dependencies=a,b&tenant=&tenants=a,b` (gRPC
 /// WatchHolds) as server-sent events: the holds in force (`placed`, or
 /// `probing`), then `synced`, then every change; `event: error` with a
 /// `google.rpc.Status` when the stream ends abnormally. The same filters,
@@ -86,20 +86,23 @@ pub fn list_budgets(door: &Door, call: &Call<'_>) -> Result<http::Response<axum:
 /// send one).
 pub fn watch_holds(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body::Body>, ApiError> {
     use futures_util::StreamExt as _;
-    call.only_params(&["catalog", "dependency", "dependencies", "tenant"])?;
+    call.only_params(&["catalog", "dependency", "dependencies", "tenant", "tenants"])?;
     let text = |k: &str| call.param(k).unwrap_or_default().to_owned();
-    let dependencies: Vec<String> = call
-        .query
-        .iter()
-        .filter(|(k, _)| k == "dependency" || k == "dependencies")
-        .flat_map(|(_, v)| v.split(','))
-        .filter(|d| !d.is_empty())
-        .map(str::to_owned)
-        .collect();
+    // Repeated or comma-separated: `dependencies=a,b&dependency=c`.
+    let list = |names: &[&str]| -> Vec<String> {
+        call.query
+            .iter()
+            .filter(|(k, _)| names.contains(&k.as_str()))
+            .flat_map(|(_, v)| v.split(','))
+            .filter(|d| !d.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
     let filter = WatchFilter {
         catalog: text("catalog"),
-        dependencies,
+        dependencies: list(&["dependency", "dependencies"]),
         tenant: text("tenant"),
+        tenants: list(&["tenants"]),
     };
     let operator = door.operators.allows_parts(call.headers, call.extensions);
     let caller = door.operators.caller_of(call.headers, call.extensions);

@@ -14,7 +14,7 @@ use super::Service;
 use super::error::{Error, ErrorKind, check_len};
 use super::holds::{Shown, shown};
 use super::stall::StallAlarm;
-use crate::core::hold::Hold;
+use crate::core::hold::{Hold, HoldScope};
 use crate::core::{UnixMillis, limits};
 use crate::fleet::{Fleet, HoldEventKind};
 
@@ -28,6 +28,8 @@ pub const WATCH_REFUSED_TOTAL: &str = "retryd_watch_streams_refused_total";
 
 /// Most dependencies one watch may name.
 pub const MAX_WATCH_DEPENDENCIES: usize = 256;
+/// Most tenants one watch may name.
+pub const MAX_WATCH_TENANTS: usize = 256;
 /// Holds read from the mirror per snapshot page.
 const SNAPSHOT_PAGE: usize = 64;
 /// Events queued per stream beyond what its connection took: a stream
@@ -132,8 +134,11 @@ pub struct WatchFilter {
     pub catalog: String,
     /// Any of these dependency instances (empty: all).
     pub dependencies: Vec<String>,
-    /// Tenant, raw.
+    /// Tenant, raw: only this tenant's holds.
     pub tenant: String,
+    /// A client mirror's tenants, raw: tenant holds only of these (shown in
+    /// clear: the caller named them), dependency and method holds of any.
+    pub tenants: Vec<String>,
 }
 
 impl WatchFilter {
@@ -152,6 +157,21 @@ impl WatchFilter {
         for (i, d) in self.dependencies.iter().enumerate() {
             check_len(&format!("dependencies[{i}]"), d, limits::MAX_DEPENDENCY)?;
         }
+        if self.tenants.len() > MAX_WATCH_TENANTS {
+            return Err(Error::invalid(
+                "tenants",
+                format!("{} entries; the limit is {MAX_WATCH_TENANTS}", self.tenants.len()),
+            ));
+        }
+        if !self.tenants.is_empty() && !self.tenant.is_empty() {
+            return Err(Error::invalid(
+                "tenants",
+                "set either tenant (only that tenant's holds) or tenants (a mirror's), not both",
+            ));
+        }
+        for (i, t) in self.tenants.iter().enumerate() {
+            check_len(&format!("tenants[{i}]"), t, limits::MAX_TENANT)?;
+        }
         Ok(())
     }
 
@@ -159,6 +179,18 @@ impl WatchFilter {
         (self.catalog.is_empty() || h.key.catalog == self.catalog)
             && (self.dependencies.is_empty() || self.dependencies.contains(&h.key.dependency))
             && (self.tenant.is_empty() || h.key.tenant() == self.tenant)
+            && (self.tenants.is_empty() || h.key.scope != HoldScope::Tenant || self.named(h))
+    }
+
+    /// The watch named this hold's tenant (in `tenants`).
+    fn named(&self, h: &Hold) -> bool {
+        self.tenants.iter().any(|t| t == h.key.tenant())
+    }
+
+    /// The hold as this watcher may see it: tenants it named in clear.
+    fn show(&self, fleet: &Fleet, h: Hold, operator: bool) -> Shown {
+        let in_clear = operator || (h.key.scope == HoldScope::Tenant && self.named(&h));
+        shown(fleet, h, in_clear, &self.tenant)
     }
 }
 
@@ -340,7 +372,7 @@ async fn pages(fleet: &Fleet, dependency: Option<&str>, filter: &WatchFilter, op
             } else {
                 HoldEventKind::Placed
             };
-            if !out.send(kind, Some(shown(fleet, h, operator, &filter.tenant))).await {
+            if !out.send(kind, Some(filter.show(fleet, h, operator))).await {
                 return false;
             }
         }
@@ -381,7 +413,7 @@ async fn follow(
             }
             received = events.recv() => match received {
                 Ok(e) => {
-                    if filter.matches(&e.hold) && !out.send(e.kind, Some(shown(fleet, e.hold, operator, &filter.tenant))).await {
+                    if filter.matches(&e.hold) && !out.send(e.kind, Some(filter.show(fleet, e.hold, operator))).await {
                         return;
                     }
                 }
@@ -548,6 +580,62 @@ mod tests {
         assert!(e.to_string().contains("--stall-timeout"), "{e}");
         drop(events);
         assert_eq!(s.watchers.open(), 0, "the place comes back with the stream");
+    }
+
+    #[tokio::test]
+    async fn a_mirrors_tenants_get_their_holds_in_clear_and_every_dependency_hold() {
+        let (s, fleet, _drain) = service(3, Duration::from_secs(10));
+        let now = UnixMillis::now();
+        let plan = HoldPlan {
+            scope: HoldScope::Dependency,
+            kind: HoldKind::Quarantine,
+            catalog: "frontspin",
+            dependency: "portal",
+            subject: "",
+            until: now.plus_ms(600_000),
+            probe_every_ms: 0,
+            probe_window_ms: 30_000,
+            code: "TIMEOUT_QUARANTINE",
+            rule: "r",
+            reason: "quarantine",
+        };
+        fleet.mirror().place(&plan, now, || "dep".to_owned());
+        let filter = WatchFilter {
+            tenants: vec!["tenant-1".to_owned(), "tenant-9".to_owned()],
+            ..WatchFilter::default()
+        };
+        let mut events = s.watch_holds(filter, false, "c").expect("watch");
+        let mut seen = Vec::new();
+        loop {
+            let ev = events.next().await.expect("open").expect("event");
+            if ev.kind == HoldEventKind::Synced {
+                break;
+            }
+            let shown = ev.hold.expect("hold");
+            seen.push((shown.hold.key.scope, shown.tenant.clone()));
+        }
+        seen.sort_by_key(|(_, t)| t.clone());
+        assert_eq!(
+            seen,
+            [
+                (HoldScope::Dependency, String::new()),
+                (HoldScope::Tenant, "tenant-1".to_owned())
+            ],
+            "the named tenant's hold in clear, the dependency's hold, no other tenant's"
+        );
+        let both = WatchFilter {
+            tenant: "tenant-1".to_owned(),
+            tenants: vec!["tenant-2".to_owned()],
+            ..WatchFilter::default()
+        };
+        let err = s.watch_holds(both, false, "c").expect_err("both");
+        assert!(err.to_string().contains("tenants"), "{err}");
+        let many = WatchFilter {
+            tenants: vec!["t".to_owned(); MAX_WATCH_TENANTS + 1],
+            ..WatchFilter::default()
+        };
+        let err = s.watch_holds(many, false, "c").expect_err("too many");
+        assert!(err.to_string().contains("tenants"), "{err}");
     }
 
     #[tokio::test]

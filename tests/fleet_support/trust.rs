@@ -415,6 +415,36 @@ pub async fn watch_protocol(a: &Server, b: &Server, per_caller: usize) {
         async move { watch(&mut cb).await.ok().map(|_| ()) }
     })
     .await;
+    // A client mirror names its tenants: theirs in clear, no other tenant's.
+    // (Once the freed place is seen: the caller is at its cap until then.)
+    let mut mirror = eventually(Duration::from_secs(5), "a mirror's watch", || {
+        let mut cb = cb.clone();
+        async move {
+            cb.watch_holds(pb::WatchHoldsRequest {
+                catalog: "frontspin".into(),
+                dependencies: vec!["w-two".into()],
+                tenants: vec!["acme".into()],
+                ..Default::default()
+            })
+            .await
+            .ok()
+        }
+    })
+    .await
+    .into_inner();
+    let mut tenants = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(5), mirror.next())
+            .await
+            .expect("an event")
+            .expect("open")
+            .expect("event");
+        if ev.kind() == pb::HoldEventKind::Synced {
+            break;
+        }
+        tenants.push(ev.hold.expect("hold").tenant);
+    }
+    assert_eq!(tenants, ["acme"], "acme's stop in clear; globex's not sent");
 }
 
 /// A client whose connection comes from `source` (a 127.0.0.x address):

@@ -1614,14 +1614,15 @@ type WatchHoldsRequest struct {
 	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
 	// Only this dependency (empty: all, unless `dependencies` names some).
 	Dependency string `protobuf:"bytes,2,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	// Only this tenant (empty: all).
+	// Only this tenant's holds (empty: all).
 	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Only these dependencies (any of them; at most 256), together with
 	// `dependency` if set: one process watches every dependency it calls on
 	// one stream.
 	Dependencies []string `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
-	// Only tenant holds of these tenants (at most 256), sent in clear;
-	// dependency and method holds are sent whatever the tenants.
+	// A client mirror's tenants (at most 256): tenant holds are sent only for
+	// these, in clear (the caller named them); dependency and method holds
+	// whatever their tenant. Not together with `tenant` (INVALID_ARGUMENT).
 	Tenants       []string `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

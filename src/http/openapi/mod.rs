@@ -204,6 +204,11 @@ pub const OPERATIONS: &[Operation] = &[
                 &[],
             ),
             ("tenant", "only holds of this tenant (raw)", &[]),
+            (
+                "tenants",
+                "a client mirror's tenants, comma-separated (at most 256; not with tenant): tenant holds only of these, in clear, and dependency and method holds of any",
+                &[],
+            ),
         ],
         errors: &[400, 429],
         operators: false,
