@@ -499,7 +499,7 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 					if failure.Operation == pb.OperationKind_OPERATION_KIND_READ {
 						kind = "read"
 					}
-					d := &Decision{Verdict: "DO_NOT_RETRY", Rule: "client_fallback/" + kind,
+					d := &Decision{Verdict: DoNotRetry, Rule: "client_fallback/" + kind,
 						Reason: "retryd unavailable (" + rerr.Error() + "); the conservative fallback does not retry this " + kind}
 					return zero, &RefusedError{Reason: RefusedFallback, Decision: d, Err: err}
 				}
@@ -509,10 +509,10 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 			c.mirror.learn(resp.Decision.GetHold())
 			d := decisionOf(resp.Decision)
 			c.event(Event{Kind: "decision", Attempt: attempt, Decision: d})
-			if d.Verdict == "ALREADY_APPLIED" {
+			if d.Verdict == AlreadyApplied {
 				return readBackValue, nil
 			}
-			if d.Verdict == "STATE_VERIFICATION_REQUIRED" && call.ReadBack != nil &&
+			if d.Verdict == StateVerificationRequired && call.ReadBack != nil &&
 				failure.ReadBack == pb.ReadBack_READ_BACK_UNSPECIFIED {
 				rv, present, rbErr := call.ReadBack(ctx)
 				switch {
@@ -529,7 +529,7 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 				c.event(Event{Kind: "read_back", Attempt: attempt, Detail: failure.ReadBack.String()})
 				continue
 			}
-			if d.Verdict != "RETRY_WITH_LIMIT" {
+			if d.Verdict != RetryWithLimit {
 				return zero, &RefusedError{Reason: RefusedVerdict, Decision: d, Err: err}
 			}
 			lo, hi := d.AfterMs, d.MaxAfterMs
@@ -655,7 +655,8 @@ func rejectionOf(rpcErr, depErr error) *RejectedError {
 
 // Decision is retryd's answer for one failure.
 type Decision struct {
-	Verdict                                         string // RETRY_WITH_LIMIT, STATE_VERIFICATION_REQUIRED, FIX_BEFORE_RETRY, DO_NOT_RETRY, ALREADY_APPLIED
+	Verdict                                         Verdict  // prints retry_with_limit, do_not_retry, …
+	Strategy                                        Strategy // how the wait was computed
 	Reason, Rule, RequiredTransition, TerminalState string
 	AfterMs, MaxAfterMs                             uint64
 	Hold                                            *Hold
@@ -664,8 +665,10 @@ type Decision struct {
 
 // Hold is a fleet hold: do not call this scope until Until.
 type Hold struct {
-	ID, Catalog, Dependency, Tenant, Method, Scope, Kind, Code, Rule, Reason string
-	Until                                                                    time.Time
+	ID, Catalog, Dependency, Tenant, Method, Code, Rule, Reason string
+	Scope                                                       HoldScope
+	Kind                                                        HoldKind
+	Until                                                       time.Time
 }
 
 func holdOf(h *pb.Hold) *Hold {
@@ -673,19 +676,12 @@ func holdOf(h *pb.Hold) *Hold {
 		return nil
 	}
 	return &Hold{ID: h.Id, Catalog: h.Catalog, Dependency: h.Dependency, Tenant: h.Tenant, Method: h.Method,
-		Scope: trim(h.Scope.String(), "SCOPE_"), Kind: trim(h.Kind.String(), "HOLD_KIND_"), Code: h.Code,
+		Scope: scopeOf(h.Scope), Kind: holdKindOf(h.Kind), Code: h.Code,
 		Rule: h.Rule, Reason: h.Reason, Until: h.Until.AsTime()}
 }
 
 func decisionOf(d *pb.Decision) *Decision {
-	return &Decision{Verdict: trim(d.Verdict.String(), "VERDICT_"), Reason: d.Reason, Rule: d.Rule,
+	return &Decision{Verdict: VerdictOf(d.Verdict), Strategy: strategyOf(d.GetRetry().GetStrategy()), Reason: d.Reason, Rule: d.Rule,
 		RequiredTransition: d.RequiredTransition, TerminalState: d.TerminalState,
 		AfterMs: d.GetRetry().GetAfterMs(), MaxAfterMs: d.GetRetry().GetMaxAfterMs(), Hold: holdOf(d.Hold), Raw: d}
-}
-
-func trim(s, prefix string) string {
-	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):]
-	}
-	return s
 }

@@ -29,13 +29,21 @@ import (
 // Advice is what a wrapped attempt returns when the call failed: retryd's
 // verdict, whether and after how long to retry; Unwrap gives the dependency's error.
 type Advice struct {
-	Retry   bool
-	Wait    time.Duration
-	Verdict string
-	Err     error
+	Retry bool
+	Wait  time.Duration
+	// Verdict: retryd's (VerdictUnknown with Fallback).
+	Verdict retryd.Verdict
+	// Fallback: retryd was unreachable; the client's conservative fallback advised.
+	Fallback bool
+	Err      error
 }
 
-func (a *Advice) Error() string { return "retryd: " + a.Verdict + ": " + a.Err.Error() }
+func (a *Advice) Error() string {
+	if a.Fallback {
+		return "retryd: client_fallback: " + a.Err.Error()
+	}
+	return "retryd: " + a.Verdict.String() + ": " + a.Err.Error()
+}
 func (a *Advice) Unwrap() error { return a.Err }
 
 // Advisor asks retryd about one kind of call.
@@ -127,13 +135,13 @@ func (a *Advisor[R]) Wrap(fn func(context.Context) (R, error)) func(fs.Execution
 			// The client's conservative fallback: capped exponential backoff, its attempt limit.
 			top := min(s.Fallback.Cap, s.Fallback.Base<<min(attempt-1, 20))
 			return zero, &Advice{Retry: attempt < s.Fallback.MaxAttempts, Wait: time.Duration(rand.Int64N(int64(top) + 1)),
-				Verdict: "client_fallback", Err: callErr}
+				Fallback: true, Err: callErr}
 		}
 		d := cr.GetDecision()
 		lo, hi := d.GetRetry().GetAfterMs(), d.GetRetry().GetMaxAfterMs()
 		hi = max(hi, lo)
 		wait := time.Duration(lo)*time.Millisecond + time.Duration(rand.Int64N(int64(hi-lo)*int64(time.Millisecond)+1))
 		return zero, &Advice{Retry: d.GetVerdict() == pb.Verdict_VERDICT_RETRY_WITH_LIMIT, Wait: wait,
-			Verdict: d.GetVerdict().String(), Err: callErr}
+			Verdict: retryd.VerdictOf(d.GetVerdict()), Err: callErr}
 	}
 }

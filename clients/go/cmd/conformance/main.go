@@ -343,7 +343,7 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 			out["error"] = "fallback"
 		default:
 			out["error"] = "retry_refused"
-			out["verdict"] = re.Decision.Verdict
+			out["verdict"] = strings.ToUpper(re.Decision.Verdict.String()) // the scenarios spell verdicts as the proto does
 			out["terminal_state"] = re.Decision.TerminalState
 		}
 	case errors.Is(err, context.Canceled):
