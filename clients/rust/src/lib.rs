@@ -31,9 +31,11 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 mod mappers;
 mod mirror;
-pub use mirror::{MirrorStats, NotWatched, DEFAULT_MAX_HOLDS, MAX_WATCHED};
-use mirror::{Admission, Mirror};
+mod words;
 pub use mappers::{DependencyError, HttpStatusError, IntoFailure, from_envelope, from_grpc, from_http, pushback};
+use mirror::{Admission, Mirror};
+pub use mirror::{DEFAULT_MAX_HOLDS, MAX_WATCHED, MirrorStats, NotWatched};
+pub use words::{HoldKind, HoldScope, Strategy, Verdict};
 
 /// The generated `retryd.v1` types and client, for calling the RPCs by hand.
 pub mod pb {
@@ -189,8 +191,10 @@ impl<'a, T> Call<'a, T> {
 /// retryd's answer for one failure.
 #[derive(Clone, Debug)]
 pub struct Decision {
-    /// `RETRY_WITH_LIMIT`, `STATE_VERIFICATION_REQUIRED`, `FIX_BEFORE_RETRY`, `DO_NOT_RETRY`, `ALREADY_APPLIED`.
-    pub verdict: String,
+    /// The verdict; prints `retry_with_limit`, `do_not_retry`, … (the CLI's and HTTP's words).
+    pub verdict: Verdict,
+    /// How the wait was computed.
+    pub strategy: Strategy,
     /// Why.
     pub reason: String,
     /// The catalog rule that decided (`client_fallback/…` for the fallback).
@@ -209,17 +213,12 @@ pub struct Decision {
     pub raw: Option<pb::Decision>,
 }
 
-fn verdict_name(v: i32) -> String {
-    pb::Verdict::try_from(v)
-        .map(|v| v.as_str_name().trim_start_matches("VERDICT_").to_string())
-        .unwrap_or_default()
-}
-
 impl From<pb::Decision> for Decision {
     fn from(d: pb::Decision) -> Self {
         let r = d.retry.clone().unwrap_or_default();
         Decision {
-            verdict: verdict_name(d.verdict),
+            verdict: Verdict::from_pb(d.verdict),
+            strategy: Strategy::from_pb(r.strategy),
             reason: d.reason.clone(),
             rule: d.rule.clone(),
             required_transition: d.required_transition.clone(),
@@ -300,7 +299,69 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
     }
 }
 
-impl<E: fmt::Debug + fmt::Display> std::error::Error for Error<E> {}
+/// `source()` is the dependency's error, so anyhow/eyre chains and `{:#}`
+/// reports keep it. The bound is `E: Error + 'static`, as `source()`'s type
+/// requires: an opaque inner error that is no `std::error::Error`
+/// (`anyhow::Error`, `Box<dyn Error>`) is turned into one with
+/// [`Error::map_source`] (e.g. into `std::io::Error::other`), or the call's
+/// error type is a concrete one (thiserror).
+impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Refused { source, .. } | Error::Unavailable { source, .. } | Error::Dependency(source) => {
+                Some(source)
+            }
+            Error::DeadlineExceeded { source } | Error::Rejected { source, .. } => {
+                source.as_ref().map(|e| e as &(dyn std::error::Error + 'static))
+            }
+            Error::Held { .. } => None,
+        }
+    }
+}
+
+impl<E> Error<E> {
+    /// The same error with the dependency's error mapped by `f`.
+    pub fn map_source<F, E2>(self, f: F) -> Error<E2>
+    where
+        F: FnOnce(E) -> E2,
+    {
+        match self {
+            Error::Refused { decision, source } => Error::Refused {
+                decision,
+                source: f(source),
+            },
+            Error::Held { hold } => Error::Held { hold },
+            Error::DeadlineExceeded { source } => Error::DeadlineExceeded { source: source.map(f) },
+            Error::Unavailable { decision, source } => Error::Unavailable {
+                decision,
+                source: f(source),
+            },
+            Error::Dependency(e) => Error::Dependency(f(e)),
+            Error::Rejected {
+                code,
+                field,
+                message,
+                source,
+            } => Error::Rejected {
+                code,
+                field,
+                message,
+                source: source.map(f),
+            },
+        }
+    }
+
+    /// The dependency's error, when there is one.
+    pub fn dependency_error(&self) -> Option<&E> {
+        match self {
+            Error::Refused { source, .. } | Error::Unavailable { source, .. } | Error::Dependency(source) => {
+                Some(source)
+            }
+            Error::DeadlineExceeded { source } | Error::Rejected { source, .. } => source.as_ref(),
+            Error::Held { .. } => None,
+        }
+    }
+}
 
 /// One step of the loop, for logs and traces.
 #[derive(Clone, Debug)]
@@ -904,7 +965,8 @@ impl Client {
                                 "write"
                             };
                             let decision = Decision {
-                                verdict: "DO_NOT_RETRY".into(),
+                                verdict: Verdict::DoNotRetry,
+                                strategy: Strategy::None,
                                 reason: format!(
                                     "retryd unavailable ({why}); the conservative fallback does not retry this {kind}"
                                 ),
@@ -943,8 +1005,8 @@ impl Client {
                     decision: Some(d.clone()),
                     ..Event::new("decision", attempt)
                 });
-                match d.verdict.as_str() {
-                    "ALREADY_APPLIED" => {
+                match d.verdict {
+                    Verdict::AlreadyApplied => {
                         if let Some(v) = read_back_value {
                             return Ok(v);
                         }
@@ -953,7 +1015,7 @@ impl Client {
                             source: err,
                         });
                     }
-                    "STATE_VERIFICATION_REQUIRED" if failure.read_back == 0 && call.read_back.is_some() => {
+                    Verdict::StateVerificationRequired if failure.read_back == 0 && call.read_back.is_some() => {
                         let rb = call.read_back.as_mut().map(|f| f());
                         let found = match rb {
                             Some(fut) => fut.await,
@@ -973,7 +1035,7 @@ impl Client {
                         });
                         continue;
                     }
-                    "RETRY_WITH_LIMIT" => {
+                    Verdict::RetryWithLimit => {
                         let hi = d.max_after_ms.max(d.after_ms);
                         let ms = rand::rng().random_range(d.after_ms..=hi);
                         break Duration::from_millis(ms);

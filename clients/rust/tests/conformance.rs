@@ -195,7 +195,10 @@ async fn setup(client: &Client, sc: &Value, tenant: &str, dep: &str) -> Result<(
             let until = std::time::Instant::now() + Duration::from_secs(3);
             while client.stats().holds < min {
                 if std::time::Instant::now() > until {
-                    return Err(format!("setup wait_mirror_holds: {} < {min} after 3 s", client.stats().holds));
+                    return Err(format!(
+                        "setup wait_mirror_holds: {} < {min} after 3 s",
+                        client.stats().holds
+                    ));
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -332,7 +335,8 @@ async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<Str
         Ok(Err(e)) => {
             error = Some(match e {
                 Error::Refused { decision, .. } => {
-                    verdict = decision.verdict.clone();
+                    // the scenarios spell verdicts as the proto does
+                    verdict = decision.verdict.to_string().to_uppercase();
                     terminal = decision.terminal_state.clone();
                     "retry_refused"
                 }
