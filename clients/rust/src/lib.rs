@@ -29,11 +29,12 @@ use rand::Rng;
 use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+mod admit;
 mod mappers;
 mod mirror;
 mod words;
 pub use mappers::{DependencyError, HttpStatusError, IntoFailure, from_envelope, from_grpc, from_http, pushback};
-use mirror::{Admission, Mirror};
+use mirror::Mirror;
 pub use mirror::{DEFAULT_MAX_HOLDS, MAX_WATCHED, MirrorStats, NotWatched};
 pub use words::{HoldKind, HoldScope, Strategy, Verdict};
 
@@ -775,125 +776,11 @@ impl Client {
         let past = |wait: Duration| deadline.is_some_and(|d| Instant::now() + wait > d);
         let mut attempt: u32 = 1;
         loop {
-            // 1. Admit: from the mirror when it knows the scope, else the RPC;
-            // retryd unreachable does not stop the call (fail open).
-            let mut probe = String::new();
-            loop {
-                if past(Duration::ZERO) {
-                    return Err(Error::DeadlineExceeded { source: None });
-                }
-                let admission = match &inner.mirror {
-                    Some(m) => m.decide(&inner.catalog, &inner.dependency, &inner.tenant, &call.method),
-                    None => Admission::Ask,
-                };
-                match admission {
-                    Admission::Local => {
-                        inner.counters.local_admissions.fetch_add(1, Ordering::Relaxed);
-                        if attempt == 1 {
-                            inner.count(&call.method, 0); // the deposit Admit would have made
-                        }
-                        break;
-                    }
-                    Admission::Refuse { hold, retry_at } => {
-                        inner.counters.local_refusals.fetch_add(1, Ordering::Relaxed);
-                        let wait =
-                            retry_at.duration_since(SystemTime::now()).unwrap_or_default() + Duration::from_millis(10);
-                        inner.event(Event {
-                            wait,
-                            local: true,
-                            ..Event::new("admit_refused", attempt)
-                        });
-                        if past(wait) {
-                            return Err(Error::Held { hold: Some(hold) });
-                        }
-                        inner.event(Event {
-                            wait,
-                            local: true,
-                            detail: "hold".into(),
-                            ..Event::new("wait", attempt)
-                        });
-                        (inner.sleeper)(wait).await;
-                        continue;
-                    }
-                    Admission::Ask => {}
-                }
-                inner.counters.admit_rpcs.fetch_add(1, Ordering::Relaxed);
-                let req = pb::AdmitRequest {
-                    catalog: inner.catalog.clone(),
-                    dependency: inner.dependency.clone(),
-                    tenant: inner.tenant.clone(),
-                    method: call.method.clone(),
-                    operation: op,
-                    attempt,
-                };
-                let mut stub = inner.stub.clone();
-                match tokio::time::timeout(inner.rpc_timeout(deadline), stub.admit(req)).await {
-                    Ok(Ok(r)) => {
-                        let r = r.into_inner();
-                        if r.admitted {
-                            probe = r.probe_token;
-                            break;
-                        }
-                        if let Some(m) = &inner.mirror {
-                            m.learn(r.hold.as_ref());
-                        }
-                        let retry_at = r
-                            .retry_at
-                            .and_then(|t| SystemTime::try_from(t).ok())
-                            .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(1));
-                        let wait =
-                            retry_at.duration_since(SystemTime::now()).unwrap_or_default() + Duration::from_millis(10);
-                        inner.event(Event {
-                            wait,
-                            ..Event::new("admit_refused", attempt)
-                        });
-                        if past(wait) {
-                            return Err(Error::Held {
-                                hold: r.hold.map(Box::new),
-                            });
-                        }
-                        inner.event(Event {
-                            wait,
-                            detail: "hold".into(),
-                            ..Event::new("wait", attempt)
-                        });
-                        (inner.sleeper)(wait).await;
-                    }
-                    Ok(Err(s)) if rejection::<E>(&s, None).is_some() => {
-                        return Err(rejection(&s, None).expect("checked above"));
-                    }
-                    other => {
-                        let detail = match other {
-                            Ok(Err(s)) => format!("Admit failed: {}", s.message()),
-                            _ => "Admit timed out".to_string(),
-                        };
-                        inner.event(Event {
-                            detail,
-                            ..Event::new("fallback", attempt)
-                        });
-                        if attempt == 1 {
-                            inner.count(&call.method, 0); // retryd made no deposit
-                        }
-                        break;
-                    }
-                }
-            }
-
-            // 2. The call.
+            // 1. Admit (from the mirror when it knows the scope); 2. the call.
+            let probe = inner.admit(&call.method, op, attempt, deadline).await?;
             let err = match f().await {
                 Ok(v) => {
-                    inner.count(&call.method, 1);
-                    if !probe.is_empty() {
-                        inner.counters.report_rpcs.fetch_add(1, Ordering::Relaxed);
-                        let mut stub = inner.stub.clone();
-                        let req = pb::ReportOutcomesRequest {
-                            probe_token: probe,
-                            probe_succeeded: true,
-                            ..Default::default()
-                        };
-                        let _ = tokio::time::timeout(inner.timeout, stub.report_outcomes(req)).await;
-                    }
-                    inner.event(Event::new("success", attempt));
+                    inner.succeeded(&call.method, probe, attempt).await;
                     return Ok(v);
                 }
                 Err(e) => e,
@@ -904,32 +791,9 @@ impl Client {
                 inner.count(&call.method, 2);
                 return Err(Error::Dependency(err));
             };
-            let mut failure = pb::Failure {
-                catalog: if fl.catalog.is_empty() {
-                    inner.catalog.clone()
-                } else {
-                    fl.catalog
-                },
-                code: fl.code,
-                operation: op,
-                method: call.method.clone(),
-                attempt,
-                retry_after: fl.retry_after,
-                retry_after_ms: fl.retry_after_ms,
-                deadline: deadline_wall.map(prost_types::Timestamp::from),
-                idempotency_key: call.idempotency_key.clone(),
-                idempotency_key_enforced: call.idempotency_key_enforced,
-                request_id: fl.request_id,
-                tenant: inner.tenant.clone(),
-                dependency: inner.dependency.clone(),
-                quota_resets_at: fl.quota_resets_at.map(prost_types::Timestamp::from),
-                probe_token: probe,
-                upstream: fl.no_retry.then(|| pb::RetryContract {
-                    retryable: false,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
+            let mut failure = inner.failure(fl, &call.method, op, attempt, probe, deadline_wall);
+            failure.idempotency_key = call.idempotency_key.clone();
+            failure.idempotency_key_enforced = call.idempotency_key_enforced;
 
             // 4. Classify and act; a read-back's answer goes in a second Classify.
             let mut read_back_value: Option<T> = None;
@@ -983,12 +847,7 @@ impl Client {
                                 source: err,
                             });
                         }
-                        let top = inner
-                            .fallback
-                            .base
-                            .saturating_mul(1 << (attempt - 1).min(20))
-                            .min(inner.fallback.cap);
-                        let w = Duration::from_nanos(rand::rng().random_range(0..=top.as_nanos() as u64));
+                        let w = inner.fallback_wait(attempt);
                         inner.event(Event {
                             wait: w,
                             detail: format!("Classify failed: {why}"),
