@@ -9,7 +9,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::mirror::Admission;
-use crate::{pb, rejection, Error, Event, Failure, Inner};
+use crate::{Decision, Error, Event, Failure, Inner, Strategy, Verdict, pb, rejection};
 
 impl Inner {
     /// Waits until the attempt may go (a hold refuses until its end or the
@@ -169,5 +169,23 @@ impl Inner {
             .saturating_mul(1 << (attempt.max(1) - 1).min(20))
             .min(self.fallback.cap);
         Duration::from_nanos(rand::rng().random_range(0..=top.as_nanos() as u64))
+    }
+}
+
+/// The client's own decision when retryd is unavailable and the fallback
+/// does not retry (rule `client_fallback/read` or `…/write`).
+pub(crate) fn fallback_decision(why: &str, read: bool) -> Decision {
+    let kind = if read { "read" } else { "write" };
+    Decision {
+        verdict: Verdict::DoNotRetry,
+        strategy: Strategy::None,
+        reason: format!("retryd unavailable ({why}); the conservative fallback does not retry this {kind}"),
+        rule: format!("client_fallback/{kind}"),
+        required_transition: String::new(),
+        terminal_state: String::new(),
+        after_ms: 0,
+        max_after_ms: 0,
+        hold: None,
+        raw: None,
     }
 }

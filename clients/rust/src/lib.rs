@@ -30,8 +30,10 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 mod admit;
+use admit::fallback_decision;
 mod mappers;
 mod mirror;
+pub mod tower_retry;
 mod words;
 pub use mappers::{DependencyError, HttpStatusError, IntoFailure, from_envelope, from_grpc, from_http, pushback};
 use mirror::Mirror;
@@ -823,25 +825,7 @@ impl Client {
                                 detail: format!("Classify failed: {why}"),
                                 ..Event::new("fallback", attempt)
                             });
-                            let kind = if failure.operation == pb::OperationKind::Read as i32 {
-                                "read"
-                            } else {
-                                "write"
-                            };
-                            let decision = Decision {
-                                verdict: Verdict::DoNotRetry,
-                                strategy: Strategy::None,
-                                reason: format!(
-                                    "retryd unavailable ({why}); the conservative fallback does not retry this {kind}"
-                                ),
-                                rule: format!("client_fallback/{kind}"),
-                                required_transition: String::new(),
-                                terminal_state: String::new(),
-                                after_ms: 0,
-                                max_after_ms: 0,
-                                hold: None,
-                                raw: None,
-                            };
+                            let decision = fallback_decision(&why, failure.operation == pb::OperationKind::Read as i32);
                             return Err(Error::Unavailable {
                                 decision: Box::new(decision),
                                 source: err,

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+mod support;
+
 use retryd_client::pb;
 use retryd_client::{Call, Client, DependencyError, Error, Failure, HttpStatusError, IntoFailure, Operation, ReadBack};
 use serde_json::Value;
@@ -464,67 +466,13 @@ async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<Str
     bad
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    // target/<profile>/deps/conformance-… → target/<profile>/retryd, built by the same `cargo test`.
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|p| Some(p.parent()?.parent()?.join("retryd")));
-    let bin = std::env::var_os("RETRYD_BIN")
-        .map(PathBuf::from)
-        .or(beside)
-        .unwrap_or_else(|| root.join("target/debug/retryd"));
-    if !bin.exists() {
-        assert!(
-            std::env::var_os("RETRYD_CONFORMANCE_REQUIRED").is_none(),
-            "no retryd binary at {}",
-            bin.display()
-        );
-        eprintln!(
-            "conformance rust: skipped (no retryd at {}; set RETRYD_BIN)",
-            bin.display()
-        );
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("retryd-conf-rust-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tok = dir.join("operator.token");
-    std::fs::write(&tok, format!("{TOKEN}\n")).unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let mut server = tokio::process::Command::new(&bin)
-        .args([
-            "serve",
-            "--listen",
-            &addr,
-            "--metrics-listen",
-            "off",
-            "--log-level",
-            "warn",
-            "--operator-token-file",
-        ])
-        .arg(&tok)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut ready = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "retryd did not listen on {addr}");
-    let down = format!("127.0.0.1:{}", free_port());
+    let Some(bin) = support::binary() else { return };
+    let server = support::start(&bin, "conf-rust", TOKEN).await;
+    let addr = server.addr.clone();
+    let down = format!("127.0.0.1:{}", support::free_port());
     // A retryd slower than any timeout: it accepts connections (the kernel
     // does, from the backlog) and never answers.
     let slow_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -560,8 +508,6 @@ async fn conformance() {
         files.len() - failed,
         t0.elapsed().as_secs_f64()
     );
-    let _ = server.start_kill();
-    let _ = server.wait().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(server);
     assert_eq!(failed, 0, "conformance scenarios failed");
 }
