@@ -105,7 +105,7 @@ impl MHold {
 }
 
 fn time_of(t: &Option<prost_types::Timestamp>) -> Option<SystemTime> {
-    t.clone().and_then(|t| SystemTime::try_from(t).ok())
+    (*t).and_then(|t| SystemTime::try_from(t).ok())
 }
 
 #[derive(Default)]
