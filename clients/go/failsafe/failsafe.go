@@ -94,27 +94,19 @@ func (a *Advisor[R]) Get(ctx context.Context, maxAttempts int, fn func(context.C
 	return r, err
 }
 
-// Wrap is fn as one failsafe-go attempt: Admit, the call, and Classify on failure.
+// Wrap is fn as one failsafe-go attempt: admission (the mirror or Admit), the call, and Classify on failure.
 func (a *Advisor[R]) Wrap(fn func(context.Context) (R, error)) func(fs.Execution[R]) (R, error) {
 	return func(exec fs.Execution[R]) (R, error) {
 		var zero R
 		ctx, s, stub, attempt := exec.Context(), a.c.Settings(), a.c.Stub(), exec.Attempts()
-		rctx, cancel := context.WithTimeout(ctx, s.Timeout)
-		resp, err := stub.Admit(rctx, &pb.AdmitRequest{Catalog: s.Catalog, Dependency: s.Dependency, Tenant: s.Tenant,
-			Method: a.call.Method, Operation: a.call.Operation.PB(), Attempt: uint32(attempt)})
-		cancel()
-		switch {
-		case err != nil:
-			if rej := retryd.AsRejection(err, nil); rej != nil {
-				return zero, rej
-			}
-			// retryd unreachable or slow: fail open, as the client does.
-		case !resp.Admitted:
-			return zero, &retryd.RefusedError{Reason: retryd.RefusedHeld, Hold: &retryd.Hold{Reason: resp.GetHold().GetReason(),
-				Until: resp.GetRetryAt().AsTime()}}
+		// The client's admission: its holds mirror (no RPC) or Admit; a hold ends the run.
+		probe, err := a.c.Admit(ctx, a.call.Method, a.call.Operation, attempt)
+		if err != nil {
+			return zero, err
 		}
 		v, callErr := fn(ctx)
 		if callErr == nil {
+			a.c.ReportProbe(ctx, probe)
 			return v, nil
 		}
 		mapper := a.call.ToFailure
@@ -125,8 +117,10 @@ func (a *Advisor[R]) Wrap(fn func(context.Context) (R, error)) func(fs.Execution
 		if f == nil {
 			return zero, callErr
 		}
-		rctx, cancel = context.WithTimeout(ctx, s.Timeout)
-		cr, err := stub.Classify(rctx, &pb.ClassifyRequest{Failure: a.c.FailureProto(f, a.call, attempt), Locale: s.Locale})
+		failure := a.c.FailureProto(f, a.call, attempt)
+		failure.ProbeToken = probe // a failed probe re-places its hold
+		rctx, cancel := context.WithTimeout(ctx, s.Timeout)
+		cr, err := stub.Classify(rctx, &pb.ClassifyRequest{Failure: failure, Locale: s.Locale})
 		cancel()
 		if err != nil {
 			if rej := retryd.AsRejection(err, callErr); rej != nil {
