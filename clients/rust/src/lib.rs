@@ -519,7 +519,10 @@ impl ClientBuilder {
             let m = Mirror::start(stub.clone(), self.hook.clone(), self.max_holds, stopped);
             // The client's own dependency and tenant are declared at once: the
             // snapshot usually arrives before the first call.
-            m.want(std::slice::from_ref(&self.dependency), std::slice::from_ref(&self.tenant));
+            m.want(
+                std::slice::from_ref(&self.dependency),
+                std::slice::from_ref(&self.tenant),
+            );
             m
         });
         let inner = Arc::new(Inner {
