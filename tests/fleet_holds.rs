@@ -62,10 +62,10 @@ async fn memory_circuit_admits_one_probe_per_interval_and_a_probe_closes_it() {
 }
 
 #[tokio::test]
-async fn memory_no_dependency_places_no_dependency_hold_and_absurd_delays_are_capped() {
+async fn memory_no_dependency_places_no_dependency_hold_and_absurd_delays_pause_nobody() {
     let dir = scenarios::setup("generic");
     let s = memory_server(&dir);
-    scenarios::generic_and_capped(&s, &s).await;
+    scenarios::generic_and_past_the_cap(&s, &s).await;
 }
 
 #[tokio::test]

@@ -83,11 +83,11 @@ async fn redis_circuit_admits_one_probe_per_interval_across_both_replicas() {
 }
 
 #[tokio::test]
-async fn redis_generic_failures_hold_nobody_and_absurd_delays_are_capped() {
+async fn redis_generic_failures_hold_nobody_and_absurd_delays_pause_nobody() {
     let redis = Redis::start();
     let dir = scenarios::setup("r-generic");
     let (a, b) = replicas(&dir, &redis);
-    scenarios::generic_and_capped(&a, &b).await;
+    scenarios::generic_and_past_the_cap(&a, &b).await;
 }
 
 #[tokio::test]

@@ -206,20 +206,19 @@ async fn extreme_attempts_and_odd_retry_after_get_sound_decisions() {
     let d = decided(&mut client, "past HTTP-date", read_429("Fri, 31 Dec 1999 23:59:59 GMT")).await;
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
     assert_eq!(d.verdict(), pb::Verdict::RetryWithLimit);
-    // 64 digits: at the limit, a delay that saturates rather than overflows,
-    // then is cut to the catalog's cap (25 h) with a warning; and being a
-    // 429 with a Retry-After it would pause the dependency, had it named one.
+    // 64 digits: at the limit, a delay that saturates rather than overflows;
+    // past the catalog's cap (25 h), so not waited for and holding nobody.
     let d = decided(
         &mut client,
         "64-digit retry_after",
         read_429(&"9".repeat(limits::MAX_RETRY_AFTER)),
     )
     .await;
-    assert!(has_warning(&d, "delay_capped:"), "{:?}", d.warnings);
-    assert!(has_warning(&d, "hold_needs_dependency:"), "{:?}", d.warnings);
-    assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
+    assert_eq!(d.verdict(), pb::Verdict::DoNotRetry, "{d:?}");
+    assert!(d.reason.contains("max_delay_ms"), "{}", d.reason);
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
     let r = d.retry.as_ref().unwrap();
-    assert_eq!((r.after_ms, r.max_after_ms), (25 * 3_600_000, 25 * 3_600_000));
+    assert_eq!((r.retryable, r.after_ms, r.max_after_ms), (false, 0, 0));
     // A 1 MiB Retry-After is under the default 4 MiB message limit, so the
     // field limit names it.
     let description = rejected(

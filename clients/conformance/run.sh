@@ -18,6 +18,8 @@ if [[ ! -x "$RETRYD_BIN" ]]; then
   cargo build --bin retryd || exit 1
 fi
 export RETRYD_CONFORMANCE_REQUIRED=1
+# The suite's own catalog (a circuit with a 600 ms probe), on top of the embedded ones.
+export RETRYD_POLICY="$root/clients/conformance/policies"
 # One more server for examples/libraries (the runners start their own).
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$RETRYD_BIN" serve --listen "127.0.0.1:$port" --metrics-listen off --log-level warn &

@@ -84,9 +84,32 @@ async function runOne(addr, down, slow, sc) {
   const sleep = (ms, signal) => { waits.push(ms); return sc.sleep === "record" ? Promise.resolve() : retryd.sleep(ms, signal); };
   // Scenarios test the loop, not the 50 ms default: on a loaded CI machine 34 concurrent first
   // calls to a debug server can take longer (the retryd-down scenarios test the fallback).
+  // Without mirror steps the server-side setup runs before the client exists (its first call then
+  // goes to Admit, as before the mirror).
+  const early = (sc.setup ?? []).some((st) => st.mirror_sync || st.wait_mirror_holds) ? [] : sc.setup ?? [];
+  if (up && early.length) {
+    const c0 = new retryd.Client(addr, { mirror: false });
+    await setup(c0.stub, sc, tenant, depName);
+    await c0.close();
+  }
   const client = new retryd.Client(up ? addr : sc.retryd === "slow" ? slow : down, { catalog: sc.call.catalog, dependency: depName, tenant, sleep, connectTimeoutMs: 500, timeoutMs: 2000,
     onEvent: (e) => { if (e.kind === "admit_refused") refusals++; } });
-  if (up) await setup(client.stub, sc, tenant, depName);
+  // Server-side setup up to the first mirror step, then the mirror's steps in order (a hold placed
+  // before mirror_sync reaches the mirror in its snapshot, not in a racing event).
+  const steps = sc.setup ?? [];
+  if (up && !early.length) {
+    for (const step of steps) {
+      if (step.mirror_sync) {
+        if (!(await client.watch({ dependencies: [depName], tenants: [tenant], timeoutMs: 3000 }))) throw new Error("setup: the mirror did not sync within 3 s");
+      } else if (step.wait_mirror_holds) {
+        const end = Date.now() + 3000;
+        while (client.mirrorHolds(depName).length < step.wait_mirror_holds.min) {
+          if (Date.now() > end) throw new Error(`setup: ${step.wait_mirror_holds.min} mirror holds not within 3 s`);
+          await new Promise((r) => setTimeout(r, 10));
+        }
+      } else await setup(client.stub, { setup: [step] }, tenant, depName);
+    }
+  }
   const st = { runs: 0, effects: 0, readBacks: 0, keys: new Set() };
   const c = sc.call;
   const apply = () => {
@@ -116,21 +139,27 @@ async function runOne(addr, down, slow, sc) {
   }
   if (c.deadline_ms !== undefined) opts.deadline = c.deadline_ms;
   if (c.cancel_after_ms !== undefined) opts.signal = AbortSignal.timeout(c.cancel_after_ms);
+  const before = client.stats();
   const t0 = Date.now();
   let result, out = {};
+  for (let i = 0; i < (c.repeat ?? 1); i++) {
+  out = {};
   try {
     result = await client.call(fn, opts);
   } catch (err) {
+    result = undefined;
     if (err instanceof retryd.Rejected) out = { error: "rejected", field: err.field };
     else if (err instanceof retryd.Held) out = { error: "held" };
     else if (err instanceof retryd.DeadlineExceeded) out = { error: "deadline_exceeded" };
     else if (err instanceof retryd.RetrydUnavailable) out = { error: "fallback" };
-    else if (err instanceof retryd.RetryRefused) out = { error: "retry_refused", verdict: err.decision?.verdict, terminal_state: err.decision?.terminalState };
+    else if (err instanceof retryd.RetryRefused) out = { error: "retry_refused", verdict: err.decision?.verdict?.toUpperCase(), terminal_state: err.decision?.terminalState };
     else if (err instanceof retryd.Cancelled) out = { error: "cancelled" };
     else out = { error: "unmapped", detail: String(err) };
   }
+  }
   const elapsed = Date.now() - t0;
   await client.close();
+  const after = client.stats();
   const e = sc.expect, bad = [];
   const want = (ok, what) => { if (!ok) bad.push(what); };
   const waitMs = waits.reduce((a, b) => a + b, 0);
@@ -147,6 +176,12 @@ async function runOne(addr, down, slow, sc) {
   }
   if (e.elapsed_ms_max !== undefined) want(elapsed <= e.elapsed_ms_max, `took ${elapsed} ms > ${e.elapsed_ms_max}`);
   if (e.admit_refusals_min !== undefined) want(refusals >= e.admit_refusals_min, `admit refusals ${refusals} < ${e.admit_refusals_min}`);
+  const d = (k) => after[k] - before[k];
+  if (e.admit_rpcs_max !== undefined) want(d("admitRpcs") <= e.admit_rpcs_max, `admit RPCs ${d("admitRpcs")} > ${e.admit_rpcs_max}`);
+  if (e.admit_rpcs_min !== undefined) want(d("admitRpcs") >= e.admit_rpcs_min, `admit RPCs ${d("admitRpcs")} < ${e.admit_rpcs_min}`);
+  if (e.local_refusals_min !== undefined) want(d("localRefusals") >= e.local_refusals_min, `local refusals ${d("localRefusals")} < ${e.local_refusals_min}`);
+  if (e.report_rpcs_max !== undefined) want(d("reportRpcs") <= e.report_rpcs_max, `report RPCs ${d("reportRpcs")} > ${e.report_rpcs_max}`);
+  if (e.reported_requests !== undefined) want(d("reportedRequests") === e.reported_requests, `reported requests ${d("reportedRequests")} != ${e.reported_requests}`);
   if (e.fallbacks_min !== undefined) want(client.fallbacks >= e.fallbacks_min, `fallbacks ${client.fallbacks} < ${e.fallbacks_min}`);
   const errs = e.error !== undefined ? [e.error] : e.error_any ?? [];
   if (errs.length) want(errs.includes(out.error), `error ${JSON.stringify(out)} not in ${errs}`);

@@ -177,9 +177,33 @@ def to_failure(exc: BaseException):  # noqa: ANN201
     return retryd.default_mapper(exc)
 
 
-def setup(server: Server, sc: dict, tenant: str, dep: str) -> None:
+def wait_until(cond, what: str, timeout: float = 3.0) -> None:  # noqa: ANN001
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"setup: {what} not within {timeout} s")
+        time.sleep(0.01)
+
+
+async def wait_until_async(cond, what: str, timeout: float = 3.0) -> None:  # noqa: ANN001
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"setup: {what} not within {timeout} s")
+        await asyncio.sleep(0.01)
+
+
+def setup(server: Server, sc: dict, tenant: str, dep: str, client=None) -> None:  # noqa: ANN001
+    """The server-side steps, and the mirror's steps of the sync client (mirror steps of
+    AsyncClient run in setup_async)."""
     md = (("authorization", f"Bearer {TOKEN}"),)
     for step in sc.get("setup", []):
+        if "mirror_sync" in step and client is not None:
+            if not client.watch([dep], [tenant], timeout=3.0):
+                raise AssertionError("setup: the mirror did not sync within 3 s")
+        if "wait_mirror_holds" in step and client is not None:
+            n = step["wait_mirror_holds"]["min"]
+            wait_until(lambda: len(client.mirror_holds(dep)) >= n, f"{n} mirror holds")
         if "place_quota_stop" in step:
             resets = dt.datetime.now(dt.timezone.utc) + dt.timedelta(milliseconds=step["place_quota_stop"]["resets_in_ms"])
             f = pb.Failure(catalog="frontspin", code="RATE_LIMITED", operation=pb.OPERATION_KIND_WRITE,
@@ -228,7 +252,9 @@ def outcome_of(exc: BaseException | None) -> dict:
         return {"error": "fallback"}
     if isinstance(exc, retryd.RetryRefused):
         d = exc.decision
-        return {"error": "retry_refused", "verdict": d.verdict if d else "", "terminal_state": d.terminal_state if d else ""}
+        # Scenario files name verdicts as the proto does (FIX_BEFORE_RETRY): the enum's name.
+        return {"error": "retry_refused", "verdict": d.verdict.name if d and d.verdict else "",
+                "terminal_state": d.terminal_state if d else ""}
     if isinstance(exc, asyncio.CancelledError):
         return {"error": "cancelled"}
     return {"error": "unmapped", "detail": repr(exc)}
@@ -282,9 +308,40 @@ def names(sc: dict, mode: str) -> tuple[str, str]:
     return f"t-{sc['name']}-{mode}-{run}", f"d-{sc['name']}-{mode}-{run}"
 
 
+async def setup_async(server: Server, sc: dict, tenant: str, dep: str, client) -> None:  # noqa: ANN001
+    for step in sc.get("setup", []):
+        if "mirror_sync" in step:
+            if not await client.watch([dep], [tenant], timeout=3.0):
+                raise AssertionError("setup: the mirror did not sync within 3 s")
+        elif "wait_mirror_holds" in step:
+            n = step["wait_mirror_holds"]["min"]
+            await wait_until_async(lambda: len(client.mirror_holds(dep)) >= n, f"{n} mirror holds")
+        else:
+            await asyncio.to_thread(setup, server, {"setup": [step]}, tenant, dep)
+
+
+def check_rpcs(e: dict, before: retryd.MirrorStats, after: retryd.MirrorStats) -> list[str]:
+    """The mirror's expectations: RPCs and local refusals of the call phase (and the final flush)."""
+    bad = []
+    admits = after.admit_rpcs - before.admit_rpcs
+    if "admit_rpcs_max" in e and admits > e["admit_rpcs_max"]:
+        bad.append(f"admit RPCs {admits} > {e['admit_rpcs_max']}")
+    if "admit_rpcs_min" in e and admits < e["admit_rpcs_min"]:
+        bad.append(f"admit RPCs {admits} < {e['admit_rpcs_min']}")
+    local = after.local_refusals - before.local_refusals
+    if "local_refusals_min" in e and local < e["local_refusals_min"]:
+        bad.append(f"local refusals {local} < {e['local_refusals_min']}")
+    reports = after.report_rpcs - before.report_rpcs
+    if "report_rpcs_max" in e and reports > e["report_rpcs_max"]:
+        bad.append(f"report RPCs {reports} > {e['report_rpcs_max']}")
+    reqs = after.reported_requests - before.reported_requests
+    if "reported_requests" in e and reqs != e["reported_requests"]:
+        bad.append(f"reported requests {reqs} != {e['reported_requests']}")
+    return bad
+
+
 def run_sync(server: Server, down: str, sc: dict) -> list[str]:
     tenant, depname = names(sc, "sync")
-    setup(server, sc, tenant, depname)
     dep, waits, refusals = Dependency(sc), [], []
 
     def sleep(s: float) -> None:
@@ -292,17 +349,25 @@ def run_sync(server: Server, down: str, sc: dict) -> list[str]:
         if sc.get("sleep", "real") == "real":
             time.sleep(s)
     addr = {"up": server.addr, "slow": SLOW}.get(sc.get("retryd", "up"), down)
+    # Server-side setup before the client (as without a mirror) up to the first mirror step: the
+    # mirror then learns those holds from its snapshot, not from a racing event.
+    steps = sc.get("setup", [])
+    first = next((i for i, st in enumerate(steps) if "mirror_sync" in st or "wait_mirror_holds" in st), len(steps))
+    setup(server, {"setup": steps[:first]}, tenant, depname)
     client = retryd.Client(addr, sleep=sleep, **client_kwargs(sc, addr, tenant, depname, waits, refusals))
+    setup(server, {"setup": steps[first:]}, tenant, depname, client)
+    before = client.stats()
     t0 = time.monotonic()
     result, exc = None, None
-    try:
-        result = client.call(dep.run, **call_kwargs(sc, dep))
-    except Exception as e:  # noqa: BLE001
-        exc = e
+    for _ in range(sc["call"].get("repeat", 1)):
+        try:
+            result, exc = client.call(dep.run, **call_kwargs(sc, dep)), None
+        except Exception as e:  # noqa: BLE001
+            result, exc = None, e
     elapsed = (time.monotonic() - t0) * 1000
     client.close()
     out = outcome_of(exc)
-    bad = check(sc, dep, waits, refusals, result, out, elapsed)
+    bad = check(sc, dep, waits, refusals, result, out, elapsed) + check_rpcs(sc["expect"], before, client.stats())
     if sc.get("retryd", "up") != "up" and client.fallbacks < sc["expect"].get("fallbacks_min", 0):
         bad.append(f"fallbacks {client.fallbacks} < {sc['expect']['fallbacks_min']}")
     return bad
@@ -310,7 +375,6 @@ def run_sync(server: Server, down: str, sc: dict) -> list[str]:
 
 async def run_async(server: Server, down: str, sc: dict) -> list[str]:
     tenant, depname = names(sc, "async")
-    await asyncio.to_thread(setup, server, sc, tenant, depname)
     dep, waits, refusals = Dependency(sc), [], []
 
     async def sleep(s: float) -> None:
@@ -322,20 +386,26 @@ async def run_async(server: Server, down: str, sc: dict) -> list[str]:
         return dep.run()
     addr = {"up": server.addr, "slow": SLOW}.get(sc.get("retryd", "up"), down)
     client = retryd.AsyncClient(addr, sleep=sleep, **client_kwargs(sc, addr, tenant, depname, waits, refusals))
+    steps = sc.get("setup", [])
+    first = next((i for i, st in enumerate(steps) if "mirror_sync" in st or "wait_mirror_holds" in st), len(steps))
+    await asyncio.to_thread(setup, server, {"setup": steps[:first]}, tenant, depname)
     await client.connect()
+    await setup_async(server, {"setup": steps[first:]}, tenant, depname, client)
+    before = client.stats()
     t0 = time.monotonic()
     result, exc = None, None
-    task = asyncio.ensure_future(client.call(fn, **call_kwargs(sc, dep)))
-    cancel = sc["call"].get("cancel_after_ms")
-    if cancel is not None:
-        asyncio.get_running_loop().call_later(cancel / 1000, task.cancel)
-    try:
-        result = await task
-    except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001
-        exc = e
+    for _ in range(sc["call"].get("repeat", 1)):
+        task = asyncio.ensure_future(client.call(fn, **call_kwargs(sc, dep)))
+        cancel = sc["call"].get("cancel_after_ms")
+        if cancel is not None:
+            asyncio.get_running_loop().call_later(cancel / 1000, task.cancel)
+        try:
+            result, exc = await task, None
+        except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001
+            result, exc = None, e
     elapsed = (time.monotonic() - t0) * 1000
     await client.close()
-    bad = check(sc, dep, waits, refusals, result, outcome_of(exc), elapsed)
+    bad = check(sc, dep, waits, refusals, result, outcome_of(exc), elapsed) + check_rpcs(sc["expect"], before, client.stats())
     if sc.get("retryd", "up") != "up" and client.fallbacks < sc["expect"].get("fallbacks_min", 0):
         bad.append(f"fallbacks {client.fallbacks} < {sc['expect']['fallbacks_min']}")
     return bad

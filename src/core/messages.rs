@@ -24,6 +24,8 @@ pub enum Outcome {
     UpstreamNotRetryable,
     /// The dependency's own contract says a replay is unsafe.
     UpstreamUnsafe,
+    /// The dependency asks for a wait longer than the catalog's cap.
+    AdviceBeyondCap,
 }
 
 impl Outcome {
@@ -65,6 +67,10 @@ impl Outcome {
             Outcome::UpstreamUnsafe => [
                 "The dependency's own retry contract says a replay is not safe: read the state back before any retry.",
                 "Собственный контракт повтора зависимости говорит, что повтор небезопасен: сначала перечитайте состояние.",
+            ],
+            Outcome::AdviceBeyondCap => [
+                "The dependency asks for a wait longer than the catalog's max_delay_ms: do not retry automatically (no fleet hold is placed from it); re-drive the call later.",
+                "Зависимость просит ждать дольше, чем max_delay_ms каталога: не повторяйте автоматически (общая пауза по нему не ставится); отправьте вызов повторно позже.",
             ],
         };
         match locale {

@@ -16,10 +16,12 @@
 import * as grpc from "@grpc/grpc-js";
 import { defaultMapper, Held, rejectionOf, type Client, type FailureFields } from "./index.js";
 import type { Failure as FailureMessage } from "./gen/retryd/v1/Failure.js";
+import { Verdict, wordOf } from "./words.js";
 
 /** What the wrapped function throws when the call failed: retryd's advice, the dependency's error as `cause`. */
 export class RetrydAdvice extends Error {
-  constructor(readonly retry: boolean, readonly waitMs: number, readonly verdict: string, readonly cause: unknown) {
+  /** `verdict`: retryd's word ("retry_with_limit"), or "client_fallback" when retryd was unreachable. */
+  constructor(readonly retry: boolean, readonly waitMs: number, readonly verdict: Verdict | "client_fallback" | "", readonly cause: unknown) {
     super(`retryd: ${verdict}${retry ? ` (retry in ${Math.round(waitMs)} ms)` : ""}`);
   }
 }
@@ -78,7 +80,9 @@ export class CockatielAdvisor {
   private async attempt<T>(attempt: number, fn: (signal?: AbortSignal) => Promise<T>, signal?: AbortSignal): Promise<T> {
     const s = this.client.settings, stub = this.client.stub;
     const operation = this.opts.operation === "read" ? "OPERATION_KIND_READ" : "OPERATION_KIND_WRITE";
-    try {
+    const local = this.client.admitLocally(this.opts.method, attempt); // the holds mirror, when it can answer
+    if (local instanceof Held) throw local;
+    if (local === "ask") try {
       const admit = await unary(stub.Admit.bind(stub) as Unary<unknown, { admitted: boolean; hold?: { reason?: string } | null }>,
         { catalog: s.catalog, dependency: s.dependency, tenant: s.tenant, method: this.opts.method, operation, attempt }, s.timeoutMs);
       if (!admit.admitted) throw new Held(`held: ${admit.hold?.reason ?? ""}`);
@@ -117,8 +121,8 @@ export class CockatielAdvisor {
       throw new RetrydAdvice(may, Math.random() * Math.min(s.fallback.capMs, s.fallback.baseMs * 2 ** (attempt - 1)),
         "client_fallback", error);
     }
-    const verdict = String(decision?.verdict ?? "").replace(/^VERDICT_/, "");
+    const verdict = wordOf(Verdict, decision?.verdict, "VERDICT_") ?? "";
     const lo = Number(decision?.retry?.after_ms ?? 0), hi = Math.max(lo, Number(decision?.retry?.max_after_ms ?? 0));
-    throw new RetrydAdvice(verdict === "RETRY_WITH_LIMIT", lo + Math.random() * (hi - lo), verdict, error);
+    throw new RetrydAdvice(verdict === Verdict.RetryWithLimit, lo + Math.random() * (hi - lo), verdict, error);
   }
 }

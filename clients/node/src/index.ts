@@ -21,38 +21,34 @@ import type { Failure as FailureMessage } from "./gen/retryd/v1/Failure.js";
 import type { Decision__Output } from "./gen/retryd/v1/Decision.js";
 import type { Hold__Output } from "./gen/retryd/v1/Hold.js";
 import type { Timestamp__Output } from "./gen/google/protobuf/Timestamp.js";
-export type { RetryDecisionServiceClient };
+import { Mirror, type MirrorStats } from "./mirror.js";
+import { DependencyError, defaultMapper, GRPC_NAMES, type FailureFields } from "./mappers.js";
+export { DependencyError, defaultMapper, fromEnvelope, fromGrpc, fromHttp, pushback, type FailureFields } from "./mappers.js";
+import { HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict, wordOf } from "./words.js";
+export { HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict };
+export type { RetryDecisionServiceClient, MirrorStats };
 
 export type Operation = "read" | "write";
 
-/** Failure fields a mapper knows; the rest come from the client and the call. */
-export interface FailureFields {
-  catalog?: string;
-  code: string;
-  retryAfter?: string;
-  retryAfterMs?: number;
-  requestId?: string;
-  quotaResetsAt?: Date;
-  /** The dependency itself said "do not retry" (e.g. a negative, unparsable or conflicting
-   * grpc-retry-pushback-ms): sent as its retry contract, Failure.upstream retryable false. */
-  noRetry?: boolean;
-}
 
 export interface Hold {
   id: string; catalog: string; dependency: string; tenant: string; method: string;
-  scope: string; kind: string; until?: Date; code: string; rule: string; reason: string;
+  scope?: HoldScope; kind?: HoldKind; until?: Date; code: string; rule: string; reason: string;
 }
 
-/** retryd's answer for one failure. */
+/** retryd's answer for one failure. `verdict` is retryd's word ("retry_with_limit"). */
 export interface Decision {
-  verdict: "RETRY_WITH_LIMIT" | "STATE_VERIFICATION_REQUIRED" | "FIX_BEFORE_RETRY" | "DO_NOT_RETRY" | "ALREADY_APPLIED";
+  verdict: Verdict;
   reason: string; rule: string; requiredTransition: string; terminalState: string;
-  afterMs: number; maxAfterMs: number; hold?: Hold; raw?: Decision__Output;
+  afterMs: number; maxAfterMs: number; strategy?: Strategy; sideEffectState?: SideEffectState;
+  hold?: Hold; raw?: Decision__Output;
 }
 
 export interface Event {
-  kind: "admit_refused" | "decision" | "wait" | "read_back" | "fallback" | "success";
+  kind: "admit_refused" | "decision" | "wait" | "read_back" | "fallback" | "success" | "mirror_stale" | "mirror_synced";
   attempt: number; decision?: Decision; hold?: Hold; waitMs?: number; detail?: string;
+  /** Decided by the client's holds mirror, with no RPC. */
+  local?: boolean;
 }
 
 export interface Fallback { maxAttempts: number; baseMs: number; capMs: number }
@@ -72,6 +68,11 @@ export interface ClientOptions {
   fallback?: Fallback;
   onEvent?: (e: Event) => void;
   reportIntervalMs?: number;
+  /** Admit from a local mirror of the fleet's holds, fed by one WatchHolds stream (default true). */
+  mirror?: boolean;
+  /** The most holds the mirror keeps (default 10 000); beyond it the soonest-ending is dropped and
+   * its dependency goes back to Admit until the next snapshot. */
+  mirrorMaxHolds?: number;
 }
 
 export interface CallOptions<T> {
@@ -88,23 +89,21 @@ export interface CallOptions<T> {
   signal?: AbortSignal;
 }
 
-export class DependencyError extends Error {
-  constructor(public code: string, public opts: { retryAfter?: string; retryAfterMs?: number; catalog?: string } = {}) {
-    super(`dependency failed: ${code}`);
-  }
-}
 export class Inconclusive extends Error {}
+/** The loop stopped without a result; `reason` says why. */
 export class RetryRefused extends Error {
+  readonly reason: RefusedReason = RefusedReason.Verdict;
   constructor(message: string, public decision?: Decision, public cause?: unknown) { super(message); }
 }
 export class FixBeforeRetry extends RetryRefused {}
 export class DoNotRetry extends RetryRefused {}
 export class VerificationRequired extends RetryRefused {}
 export class Held extends RetryRefused {
+  override readonly reason: RefusedReason = RefusedReason.Held;
   constructor(message: string, public hold?: Hold) { super(message); }
 }
-export class DeadlineExceeded extends RetryRefused {}
-export class RetrydUnavailable extends RetryRefused {}
+export class DeadlineExceeded extends RetryRefused { override readonly reason: RefusedReason = RefusedReason.DeadlineExceeded; }
+export class RetrydUnavailable extends RetryRefused { override readonly reason: RefusedReason = RefusedReason.Fallback; }
 export class Cancelled extends Error {}
 
 /** retryd refused the request itself (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED): a mistake in the
@@ -127,115 +126,6 @@ export function rejectionOf(rpcErr: unknown, cause?: unknown): Rejected | undefi
   const i = details.indexOf(":");
   const head = i > 0 ? details.slice(0, i).trim() : "";
   return new Rejected(GRPC_NAMES[e.code] ?? String(e.code), head && !/\s/.test(head) ? head : "", details, cause);
-}
-
-function header(headers: unknown, name: string): string | undefined {
-  if (!headers) return undefined;
-  const h = headers as { get?: (n: string) => string | null };
-  if (typeof h.get === "function") return h.get(name) ?? undefined;
-  for (const [k, v] of Object.entries(headers as Record<string, unknown>)) {
-    if (k.toLowerCase() === name.toLowerCase()) return String(v);
-  }
-  return undefined;
-}
-
-/** An HTTP status and headers (a Headers object or a plain object): catalog "http". */
-export function fromHttp(status: number, headers?: unknown): FailureFields {
-  return { catalog: "http", code: String(status), retryAfter: header(headers, "retry-after"), requestId: header(headers, "x-request-id") };
-}
-
-/** The Vibecode / Bitrix24 JSON envelope ({"error":{"code":…}} or {"error":"CODE"}): catalog "vibecode". */
-export function fromEnvelope(body: unknown, headers?: unknown): FailureFields {
-  let b: any = body;
-  if (typeof b === "string") { try { b = JSON.parse(b); } catch { b = undefined; } }
-  let code = "";
-  if (b && typeof b === "object") {
-    if (typeof b.error === "string") code = b.error;
-    else if (b.error && typeof b.error === "object" && typeof b.error.code === "string") code = b.error.code;
-  }
-  return { catalog: "vibecode", code, retryAfter: header(headers, "retry-after"), requestId: header(headers, "x-request-id") };
-}
-
-const GRPC_NAMES = Object.fromEntries(Object.entries(grpc.status).filter(([, v]) => typeof v === "number").map(([k, v]) => [v, k]));
-
-/** The grpc-retry-pushback-ms values of one response, read as gRFC A6 does: one value, or the same
- * value repeated, is a delay; a negative, unparsable or too large value (past 2^53 ms, beyond any
- * catalog's cap), or values that disagree, mean "do not retry". */
-export function pushback(values: Array<string | Buffer>): { ms?: number; doNotRetry: boolean } {
-  let got: bigint | undefined;
-  for (const raw of values) {
-    const v = String(raw).trim();
-    if (!/^[0-9]+$/.test(v)) return { doNotRetry: true };
-    const n = BigInt(v);
-    if (n > BigInt(Number.MAX_SAFE_INTEGER) || (got !== undefined && got !== n)) return { doNotRetry: true };
-    got = n;
-  }
-  return got === undefined ? { doNotRetry: false } : { ms: Number(got), doNotRetry: false };
-}
-
-/** A grpc-js ServiceError: its status name (catalog "grpc"), RetryInfo or grpc-retry-pushback-ms as retryAfterMs
- * (a pushback that says "do not retry" as noRetry). */
-export function fromGrpc(err: unknown): FailureFields | undefined {
-  const e = err as { code?: unknown; metadata?: grpc.Metadata };
-  if (typeof e?.code !== "number" || !(e.metadata instanceof grpc.Metadata)) return undefined;
-  const out: FailureFields = { catalog: "grpc", code: GRPC_NAMES[e.code] ?? String(e.code) };
-  const bin = e.metadata.get("grpc-status-details-bin")[0];
-  if (bin instanceof Buffer) {
-    const ms = retryInfoMs(bin);
-    if (ms !== undefined) out.retryAfterMs = ms;
-  }
-  const p = pushback(e.metadata.get("grpc-retry-pushback-ms"));
-  if (p.doNotRetry) { out.noRetry = true; delete out.retryAfterMs; }
-  else if (p.ms !== undefined) out.retryAfterMs = Math.max(out.retryAfterMs ?? 0, p.ms);
-  return out;
-}
-
-// google.rpc.Status{details: repeated Any} → google.rpc.RetryInfo{retry_delay: Duration}, decoded by hand.
-function retryInfoMs(bin: Uint8Array): number | undefined {
-  const r = protobuf.Reader.create(bin);
-  let found: number | undefined;
-  while (r.pos < r.len) {
-    const tag = r.uint32();
-    if (tag >>> 3 !== 3) { r.skipType(tag & 7); continue; }
-    const any = protobuf.Reader.create(r.bytes());
-    let typeUrl = "", value: Uint8Array | undefined;
-    while (any.pos < any.len) {
-      const t = any.uint32();
-      if (t >>> 3 === 1) typeUrl = any.string();
-      else if (t >>> 3 === 2) value = any.bytes();
-      else any.skipType(t & 7);
-    }
-    if (!typeUrl.endsWith("google.rpc.RetryInfo") || !value) continue;
-    const ri = protobuf.Reader.create(value);
-    while (ri.pos < ri.len) {
-      const t = ri.uint32();
-      if (t >>> 3 !== 1) { ri.skipType(t & 7); continue; }
-      const d = protobuf.Reader.create(ri.bytes());
-      let s = 0, n = 0;
-      while (d.pos < d.len) {
-        const dt = d.uint32();
-        if (dt >>> 3 === 1) s = Number(d.int64());
-        else if (dt >>> 3 === 2) n = d.int32();
-        else d.skipType(dt & 7);
-      }
-      found = s * 1000 + Math.floor(n / 1e6);
-    }
-  }
-  return found;
-}
-
-/** DependencyError, gRPC errors, then HTTP errors (err.status/statusCode or err.response.status, with headers). */
-export function defaultMapper(err: unknown): FailureFields | undefined {
-  if (err instanceof DependencyError) {
-    return { code: err.code, catalog: err.opts.catalog, retryAfter: err.opts.retryAfter, retryAfterMs: err.opts.retryAfterMs };
-  }
-  const g = fromGrpc(err);
-  if (g) return g;
-  const e = err as any;
-  const resp = e?.response;
-  const status = resp?.status ?? resp?.statusCode ?? e?.status ?? e?.statusCode;
-  if (typeof status === "number" && status >= 100 && status <= 599) return fromHttp(status, resp?.headers ?? e?.headers);
-  return undefined;
 }
 
 /** TLS from the examples' environment (RETRYD_TLS_CA turns it on; RETRYD_TLS_CLIENT_CERT/KEY for mTLS). */
@@ -264,19 +154,20 @@ function service(): grpc.ServiceClientConstructor {
 
 const ts = (d: Date) => ({ seconds: Math.floor(d.getTime() / 1000), nanos: (d.getTime() % 1000) * 1e6 });
 const fromTs = (t: Timestamp__Output | null | undefined): Date | undefined => (t && (t.seconds || t.nanos) ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : undefined);
-const strip = (s: string, p: string) => (s?.startsWith(p) ? s.slice(p.length) : s ?? "");
 
 function toHold(h: Hold__Output | null | undefined): Hold | undefined {
   if (!h?.id) return undefined;
   return { id: h.id, catalog: h.catalog, dependency: h.dependency, tenant: h.tenant, method: h.method,
-    scope: strip(h.scope, "SCOPE_"), kind: strip(h.kind, "HOLD_KIND_"), until: fromTs(h.until), code: h.code, rule: h.rule, reason: h.reason };
+    scope: wordOf(HoldScope, h.scope, "SCOPE_"), kind: wordOf(HoldKind, h.kind, "HOLD_KIND_"), until: fromTs(h.until), code: h.code, rule: h.rule, reason: h.reason };
 }
 
 function toDecision(d: Decision__Output): Decision {
   const r = d.retry;
-  return { verdict: strip(d.verdict, "VERDICT_") as Decision["verdict"], reason: d.reason, rule: d.rule,
+  return { verdict: wordOf(Verdict, d.verdict, "VERDICT_") as Verdict, reason: d.reason, rule: d.rule,
     requiredTransition: d.required_transition, terminalState: d.terminal_state,
-    afterMs: Number(r?.after_ms ?? 0), maxAfterMs: Number(r?.max_after_ms ?? 0), hold: toHold(d.hold), raw: d };
+    afterMs: Number(r?.after_ms ?? 0), maxAfterMs: Number(r?.max_after_ms ?? 0),
+    strategy: wordOf(Strategy, r?.strategy, "STRATEGY_"), sideEffectState: wordOf(SideEffectState, r?.side_effect_state, "SIDE_EFFECT_STATE_"),
+    hold: toHold(d.hold), raw: d };
 }
 
 /** The default Sleep: setTimeout, rejected with Cancelled when the signal aborts. */
@@ -292,15 +183,19 @@ export class Client {
   readonly stub: RetryDecisionServiceClient;
   fallbacks = 0;
   private o: Required<Omit<ClientOptions, "credentials" | "onEvent">> & Pick<ClientOptions, "onEvent">;
+  private mirror: Mirror;
   private counts = new Map<string, { key: string[]; c: [number, number, number] }>();
   private timer: NodeJS.Timeout;
   private ready: Promise<void>;
 
   constructor(address: string, opts: ClientOptions = {}) {
     this.o = { catalog: "", dependency: "", tenant: "", locale: "", timeoutMs: 50, connectTimeoutMs: 1000, sleep,
-      fallback: DEFAULT_FALLBACK, reportIntervalMs: 1000, ...opts } as any;
+      fallback: DEFAULT_FALLBACK, reportIntervalMs: 1000, mirror: true, mirrorMaxHolds: 10_000, ...opts } as any;
     const Ctor = service();
     this.stub = new Ctor(address, opts.credentials ?? grpc.credentials.createInsecure()) as unknown as RetryDecisionServiceClient;
+    this.mirror = new Mirror(this.o.mirror ? this.stub : undefined, this.o.mirrorMaxHolds,
+      (state) => this.event({ kind: state === "stale" ? "mirror_stale" : "mirror_synced", attempt: 0 }));
+    this.mirror.want([this.o.dependency], [this.o.tenant]);
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     this.ready = new Promise((resolve) => this.stub.waitForReady(Date.now() + this.o.connectTimeoutMs, () => resolve()));
     this.timer = setInterval(() => this.flush(), this.o.reportIntervalMs);
@@ -313,9 +208,36 @@ export class Client {
     return { catalog, dependency, tenant, locale, timeoutMs, fallback };
   }
 
-  /** Sends the outcome counts not yet reported and closes the channel. */
+  /** The holds mirror's answer for one attempt, a first attempt admitted locally counted as a
+   * request (the deposit Admit would make). @internal shared with ./cockatiel */
+  admitLocally(method: string, attempt: number): "ask" | "admitted" | Held {
+    const local = this.o.mirror ? this.mirror.admit(this.o.catalog, this.o.dependency, this.o.tenant, method) : "ask";
+    if (local === "admitted") { if (attempt <= 1) this.count(method, 0); return local; }
+    if (local === "ask") { this.mirror.stats.admitRpcs++; return local; }
+    const hold = toHold(local.hold);
+    return new Held(`held until ${hold?.until?.toISOString()}: ${hold?.reason ?? ""} (local)`, hold);
+  }
+
+  /** The mirror's and the RPCs' counters (a copy). */
+  stats(): MirrorStats { return { ...this.mirror.stats }; }
+
+  /** The holds in the mirror now (of one dependency, or all). */
+  mirrorHolds(dependency?: string): Hold[] { return this.mirror.list(dependency).map((h) => toHold(h)!); }
+
+  /** Declares dependencies and tenants this process calls (the client's own are declared already);
+   * resolves true once the mirror's snapshot covers them, false after timeoutMs (default 2000). */
+  async watch(w: { dependencies?: string[]; tenants?: string[]; timeoutMs?: number } = {}): Promise<boolean> {
+    if (!this.o.mirror) return false;
+    const deps = [this.o.dependency, ...(w.dependencies ?? [])].filter(Boolean);
+    const tenants = [this.o.tenant, ...(w.tenants ?? [])].filter(Boolean);
+    this.mirror.want(deps, tenants);
+    return this.mirror.waitCovered(deps, tenants, w.timeoutMs ?? 2000);
+  }
+
+  /** Stops the mirror's watch, sends the outcome counts not yet reported and closes the channel. */
   async close(): Promise<void> {
     clearInterval(this.timer);
+    this.mirror.close();
     await this.flush();
     this.stub.close();
   }
@@ -333,6 +255,7 @@ export class Client {
     const counts = [...this.counts.values()].slice(0, 1000).map(({ key, c }) => ({
       catalog: key[0], dependency: key[1], tenant: key[2], method: key[3], requests: c[0], successes: c[1], failures: c[2] }));
     this.counts.clear();
+    this.mirror.stats.reportedRequests += counts.reduce((a, c) => a + c.requests, 0);
     return this.report({ counts }, 1000).then(() => undefined, () => undefined);
   }
 
@@ -341,16 +264,26 @@ export class Client {
   }
 
   private admit(req: AdmitRequest, timeoutMs: number): Promise<AdmitResponse__Output> {
+    this.mirror.stats.admitRpcs++;
     return new Promise((resolve, reject) =>
-      this.stub.Admit(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
+      this.stub.Admit(req, Client.options(timeoutMs), (err, resp) => {
+        if (err || !resp) return reject(err);
+        if (this.o.mirror) this.mirror.learn(resp.hold, req.tenant ?? "");
+        resolve(resp);
+      }));
   }
 
   private classify(req: ClassifyRequest, timeoutMs: number): Promise<ClassifyResponse__Output> {
     return new Promise((resolve, reject) =>
-      this.stub.Classify(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
+      this.stub.Classify(req, Client.options(timeoutMs), (err, resp) => {
+        if (err || !resp) return reject(err);
+        if (this.o.mirror) this.mirror.learn(resp.decision?.hold, req.failure?.tenant ?? "");
+        resolve(resp);
+      }));
   }
 
   private report(req: ReportOutcomesRequest, timeoutMs: number): Promise<ReportOutcomesResponse__Output> {
+    this.mirror.stats.reportRpcs++;
     return new Promise((resolve, reject) =>
       this.stub.ReportOutcomes(req, Client.options(timeoutMs), (err, resp) => (err || !resp ? reject(err) : resolve(resp))));
   }
@@ -372,13 +305,27 @@ export class Client {
     const rpcTimeout = () => (deadline === undefined ? this.o.timeoutMs : Math.min(this.o.timeoutMs, deadline - Date.now()));
     const checkCancel = () => { if (signal?.aborted) throw new Cancelled("cancelled"); };
     let attempt = 1;
-    this.count(method, 0);
+    let admittedOnce = false;
+    const held = async (hold: Hold | undefined, retryAt: number, local: boolean) => {
+      const waitMs = Math.max(0, retryAt - Date.now()) + 10;
+      this.event({ kind: "admit_refused", attempt, hold, waitMs, local });
+      if (past(waitMs)) throw new Held(`held until ${hold?.until?.toISOString()}: ${hold?.reason ?? ""}`, hold);
+      this.event({ kind: "wait", attempt, hold, waitMs, detail: "hold", local });
+      await this.o.sleep(waitMs, signal);
+    };
     for (;;) {
-      // 1. Admit; retryd unreachable does not stop the call (fail open).
+      // 1. Admission: from the holds mirror when it can answer, else Admit (fail open: retryd
+      // unreachable does not stop the call).
       let probe = "";
       for (;;) {
         checkCancel();
         if (past(0)) throw new DeadlineExceeded("deadline passed before the attempt");
+        const local = this.o.mirror ? this.mirror.admit(this.o.catalog, this.o.dependency, this.o.tenant, method) : "ask";
+        if (local === "admitted") {
+          if (!admittedOnce) this.count(method, 0); // the deposit Admit would have made
+          break;
+        }
+        if (local !== "ask") { await held(toHold(local.hold), local.retryAt, true); continue; }
         let resp: AdmitResponse__Output;
         try {
           resp = await this.admit({ catalog: this.o.catalog, dependency: this.o.dependency, tenant: this.o.tenant,
@@ -387,17 +334,13 @@ export class Client {
           const rejected = rejectionOf(err);
           if (rejected) throw rejected;
           this.event({ kind: "fallback", attempt, detail: `Admit failed: ${err?.message ?? err}` });
+          if (!admittedOnce) this.count(method, 0); // Admit made no deposit
           break;
         }
         if (resp.admitted) { probe = resp.probe_token; break; }
-        const hold = toHold(resp.hold);
-        const retryAt = fromTs(resp.retry_at)?.getTime() ?? Date.now() + 1000;
-        const waitMs = Math.max(0, retryAt - Date.now()) + 10;
-        this.event({ kind: "admit_refused", attempt, hold, waitMs });
-        if (past(waitMs)) throw new Held(`held until ${hold?.until?.toISOString()}: ${hold?.reason ?? ""}`, hold);
-        this.event({ kind: "wait", attempt, hold, waitMs, detail: "hold" });
-        await this.o.sleep(waitMs, signal);
+        await held(toHold(resp.hold), fromTs(resp.retry_at)?.getTime() ?? Date.now() + 1000, false);
       }
+      admittedOnce = true;
 
       // 2. The call.
       let error: unknown;
@@ -443,7 +386,7 @@ export class Client {
           if (!may || attempt >= this.o.fallback.maxAttempts) {
             this.event({ kind: "fallback", attempt, detail });
             const kind = op === "OPERATION_KIND_READ" ? "read" : "write";
-            const d: Decision = { verdict: "DO_NOT_RETRY", rule: `client_fallback/${kind}`, requiredTransition: "", terminalState: "",
+            const d: Decision = { verdict: Verdict.DoNotRetry, rule: `client_fallback/${kind}`, requiredTransition: "", terminalState: "",
               afterMs: 0, maxAfterMs: 0, reason: `retryd unavailable (${err?.message ?? err}); the conservative fallback does not retry this ${kind}` };
             throw new RetrydUnavailable(d.reason, d, error);
           }
@@ -454,8 +397,8 @@ export class Client {
         if (!resp.decision) throw new Error("retryd answered Classify without a decision");
         const d = toDecision(resp.decision);
         this.event({ kind: "decision", attempt, decision: d });
-        if (d.verdict === "ALREADY_APPLIED") return readBackValue as T;
-        if (d.verdict === "STATE_VERIFICATION_REQUIRED" && opts.readBack && failure.read_back === "READ_BACK_UNSPECIFIED") {
+        if (d.verdict === Verdict.AlreadyApplied) return readBackValue as T;
+        if (d.verdict === Verdict.StateVerificationRequired && opts.readBack && failure.read_back === "READ_BACK_UNSPECIFIED") {
           try {
             const v = await opts.readBack();
             if (v === null || v === undefined) failure.read_back = "READ_BACK_EFFECT_ABSENT";
@@ -467,10 +410,10 @@ export class Client {
           this.event({ kind: "read_back", attempt, detail: failure.read_back });
           continue;
         }
-        if (d.verdict !== "RETRY_WITH_LIMIT") {
-          const Cls = d.verdict === "FIX_BEFORE_RETRY" ? FixBeforeRetry : d.verdict === "DO_NOT_RETRY" ? DoNotRetry
-            : d.verdict === "STATE_VERIFICATION_REQUIRED" ? VerificationRequired : RetryRefused;
-          throw new Cls(`${d.verdict.toLowerCase()}: ${d.reason}`, d, error);
+        if (d.verdict !== Verdict.RetryWithLimit) {
+          const Cls = d.verdict === Verdict.FixBeforeRetry ? FixBeforeRetry : d.verdict === Verdict.DoNotRetry ? DoNotRetry
+            : d.verdict === Verdict.StateVerificationRequired ? VerificationRequired : RetryRefused;
+          throw new Cls(`${d.verdict}: ${d.reason}`, d, error);
         }
         const hi = Math.max(d.afterMs, d.maxAfterMs);
         waitMs = d.afterMs + Math.random() * (hi - d.afterMs);

@@ -48,7 +48,8 @@ def opts(**kw):
 class Loop(unittest.TestCase):
     def test_write_is_never_resent_when_retryd_is_down(self):
         g = loop(opts(), retryd.default_mapper)
-        eff = next(g)
+        self.assertEqual(next(g), ("mirror",))
+        eff = g.send(None)  # the mirror cannot answer: Admit
         self.assertEqual(eff[0], "admit")
         eff = g.send(("err", "UNAVAILABLE"))  # fallback event
         self.assertEqual(eff[0], "event")
@@ -65,13 +66,43 @@ class Loop(unittest.TestCase):
     def test_success_returns_the_value(self):
         g = loop(opts(), retryd.default_mapper)
         next(g)
-        g.send(("ok", pb.AdmitResponse(admitted=True)))
-        g.send(None)  # count
+        self.assertEqual(g.send(None)[0], "admit")
+        # Admitted by Admit: retryd made the deposit, so no request is counted.
+        self.assertEqual(g.send(("ok", pb.AdmitResponse(admitted=True))), ("run",))
         with self.assertRaises(StopIteration) as cm:
             eff = g.send(("ok", 42))
             while True:
                 eff = g.send(None)
         self.assertEqual(cm.exception.value, 42)
+
+
+    def test_admitted_locally_counts_the_first_attempt(self):
+        g = loop(opts(), retryd.default_mapper)
+        self.assertEqual(next(g), ("mirror",))
+        self.assertEqual(g.send(True), ("count", "request"))
+        self.assertEqual(g.send(None), ("run",))
+
+    def test_refused_locally_waits_then_asks_again(self):
+        import time
+        g = loop(opts(), retryd.default_mapper)
+        next(g)
+        h = pb.Hold(id="h1", dependency="d", scope=pb.SCOPE_TENANT, tenant="t")
+        eff = g.send((h, time.time() + 0.5))
+        self.assertEqual(eff[0], "event")
+        self.assertEqual((eff[1].kind, eff[1].local, eff[1].hold.id), ("admit_refused", True, "h1"))
+        self.assertEqual(g.send(None)[1].kind, "wait")
+        eff = g.send(None)
+        self.assertEqual(eff[0], "sleep")
+        self.assertGreater(eff[1], 0.4)
+        self.assertEqual(g.send(None), ("mirror",))
+
+    def test_refused_locally_past_the_deadline_is_held(self):
+        import time
+        g = loop(opts(deadline_mono=time.monotonic() + 0.2), retryd.default_mapper)
+        next(g)
+        g.send((pb.Hold(id="h1"), time.time() + 60))
+        with self.assertRaises(retryd.Held):
+            g.send(None)
 
 
 class PushbackTest(unittest.TestCase):

@@ -6,7 +6,7 @@
 //!   `ReportOutcomes`; no RPC — the `Admit` RPCs sent are printed);
 //! - admit: the same with the mirror off: an `Admit` RPC per call.
 //!
-//! `cargo run --release -p retryd-client --example bench -- 127.0.0.1:50051 20000`
+//! `cargo run --release -p retryd-client --example bench -- 127.0.0.1:50051 -n 20000`
 //! (bench/clients.sh starts a retryd and runs it).
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -36,9 +36,15 @@ async fn client(addr: &str, mirror: bool) -> Client {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    // ADDR [-n N] (bench/clients.sh passes its -n on).
+    let (mut addr, mut n) = ("127.0.0.1:50051".to_string(), 20_000usize);
     let mut args = std::env::args().skip(1);
-    let addr = args.next().unwrap_or_else(|| "127.0.0.1:50051".into());
-    let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(20_000);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "-n" => n = args.next().and_then(|s| s.parse().ok()).expect("-n N"),
+            _ => addr = a,
+        }
+    }
 
     let mut bare = Vec::with_capacity(n);
     for i in 0..n + n / 10 {

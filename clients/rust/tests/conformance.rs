@@ -470,7 +470,9 @@ async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<Str
 async fn conformance() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let Some(bin) = support::binary() else { return };
-    let server = support::start(&bin, "conf-rust", TOKEN).await;
+    // The suite's own catalog (a circuit with a 600 ms probe).
+    let policy = root.join("clients/conformance/policies");
+    let server = support::start(&bin, "conf-rust", TOKEN, Some(&policy)).await;
     let addr = server.addr.clone();
     let down = format!("127.0.0.1:{}", support::free_port());
     // A retryd slower than any timeout: it accepts connections (the kernel

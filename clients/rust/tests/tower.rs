@@ -52,7 +52,7 @@ async fn client(addr: &str, dep: &str) -> Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_what_retryd_says_and_stops_where_it_says_stop() {
     let Some(bin) = support::binary() else { return };
-    let server = support::start(&bin, "tower", "tower-operator-token-0123456789abcdef").await;
+    let server = support::start(&bin, "tower", "tower-operator-token-0123456789abcdef", None).await;
 
     // A read failing twice with a retryable code, then answering: 3 calls, the answer.
     let c = client(&server.addr, "tower-read").await;

@@ -108,9 +108,15 @@ pub fn decide_floored<'a>(
         failure.attempt
     };
     let cap = entry.max_delay_ms;
-    let retry_after = retry_after_ms(failure, now, &mut warnings).map(|ra| capped(ra, cap, &mut warnings));
+    let retry_after = retry_after_ms(failure, now, &mut warnings);
+    // The dependency's own advice past the cap (a Retry-After, gRPC pushback
+    // or RetryInfo) is not cut to it: nobody waits 25 h inside a retry loop,
+    // and a hostile or broken 2^64 must not pause a dependency fleet-wide.
+    let beyond_cap =
+        retry_after.is_some_and(|ra| ra > cap) || failure.upstream.as_ref().is_some_and(|up| up.after_ms > cap);
+    let retry_after = retry_after.map(|ra| ra.min(cap));
     let rule = entry.rule(operation, attempt, retry_after.is_some());
-    let hold_plan = rule.hold.as_ref().and_then(|h| {
+    let hold_plan = rule.hold.as_ref().filter(|_| !beyond_cap).and_then(|h| {
         let plan = holds::plan(h, catalog, entry, rule, failure, retry_after, now, &mut warnings);
         plan.map(|p| HoldPlan {
             code: if known_code { &entry.code } else { failure.code },
@@ -160,6 +166,12 @@ pub fn decide_floored<'a>(
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+    }
+
+    if beyond_cap && d.retrying() {
+        // A write of unknown outcome still reconciles before any re-drive.
+        let action = (d.verdict == Verdict::StateVerificationRequired).then_some(action::READ_BACK);
+        d.stop(Outcome::AdviceBeyondCap, action);
     }
 
     let (mut after_ms, mut max_after_ms, mut strategy) = (0, 0, Strategy::None);

@@ -143,29 +143,53 @@ fn quarantine_pause_and_circuit_come_from_the_catalog() {
 }
 
 #[test]
-fn an_absurd_retry_after_is_cut_to_the_cap_for_the_caller_and_the_hold_alike() {
+fn a_retry_after_past_the_cap_is_not_retried_and_holds_nobody() {
     let p = policy();
-    let f = Failure {
+    let cap = 25 * 3_600_000;
+    let at_cap = Failure {
         catalog: "vibecode",
         code: "TIMEOUT_QUARANTINE",
         operation: Operation::Read,
         attempt: 1,
         dependency: "portal-1",
-        retry_after: "99999999",
+        retry_after: "90000",
         ..Failure::default()
     };
-    let d = decide(&p, &f, NOW).unwrap();
-    let cap = 25 * 3_600_000;
-    assert_eq!(d.retry.after_ms, cap);
+    // At the cap exactly: waited for, and the fleet held as long.
+    let d = decide(&p, &at_cap, NOW).unwrap();
+    assert_eq!((d.verdict, d.retry.after_ms), (Verdict::RetryWithLimit, cap));
     assert_eq!(d.hold_plan.unwrap().until, NOW.plus_ms(cap));
-    assert!(d.warnings.contains(Warning::DelayCapped));
-    let huge = Failure {
-        retry_after: "",
-        retry_after_ms: Some(u64::MAX),
-        ..f
+    // Past it (a second more, a clamped 2^64): do not retry, no hold, the
+    // reason says why.
+    let past = [
+        Failure {
+            retry_after: "90001",
+            ..at_cap
+        },
+        Failure {
+            retry_after: "",
+            retry_after_ms: Some(u64::MAX),
+            ..at_cap
+        },
+    ];
+    for f in past {
+        let d = decide(&p, &f, NOW).unwrap();
+        assert_eq!(d.verdict, Verdict::DoNotRetry, "{f:?}");
+        assert!(!d.retry.retryable);
+        assert_eq!((d.retry.after_ms, d.retry.max_after_ms), (0, 0));
+        assert!(d.hold_plan.is_none(), "no fleet hold from advice past the cap");
+        assert!(d.reason.contains("max_delay_ms"), "{}", d.reason);
+    }
+    // A write of unknown outcome still reads back before any re-drive.
+    let write = Failure {
+        code: "BITRIX_TIMEOUT",
+        operation: Operation::Write,
+        retry_after: "99999999",
+        ..at_cap
     };
-    let d = decide(&p, &huge, NOW).unwrap();
-    assert_eq!((d.retry.after_ms, d.retry.max_after_ms), (cap, cap));
+    let d = decide(&p, &write, NOW).unwrap();
+    assert_eq!(d.verdict, Verdict::DoNotRetry);
+    assert_eq!(d.retry.reconciliation_action, Some("read_back_by_business_key"));
 }
 
 #[test]

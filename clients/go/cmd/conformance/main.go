@@ -527,6 +527,8 @@ func main() {
 	_ = os.WriteFile(tok, []byte(token+"\n"), 0o600)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
 	srv := exec.Command(bin, "serve", "--listen", addr, "--metrics-listen", "off", "--operator-token-file", tok, "--log-level", "warn")
+	// The suite's own catalog (a circuit with a 600 ms probe), on top of the embedded ones.
+	srv.Env = append(os.Environ(), "RETRYD_POLICY="+filepath.Join(filepath.Dir(dir), "policies"))
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
 		panic(err)

@@ -8,6 +8,7 @@
 
 from ._client import AsyncClient, Client, Tls
 from ._loop import Event, Fallback
+from ._mirror import MirrorStats
 from .errors import (
     Decision,
     DeadlineExceeded,
@@ -22,10 +23,12 @@ from .errors import (
     RetryRefused,
     VerificationRequired,
 )
+from .words import HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict
 from .mappers import default_mapper, from_envelope, from_grpc, from_http, pushback_ms
 
 __all__ = [
     "AsyncClient", "Client", "Tls", "Event", "Fallback", "Decision", "DeadlineExceeded", "DependencyError",
-    "DoNotRetry", "FixBeforeRetry", "Held", "Hold", "Inconclusive", "Rejected", "RetrydUnavailable", "RetryRefused",
-    "VerificationRequired", "default_mapper", "from_envelope", "from_grpc", "from_http", "pushback_ms",
+    "DoNotRetry", "FixBeforeRetry", "Held", "Hold", "MirrorStats", "Inconclusive", "Rejected", "RetrydUnavailable", "RetryRefused",
+    "VerificationRequired", "Verdict", "Strategy", "SideEffectState", "HoldScope", "HoldKind", "RefusedReason",
+    "default_mapper", "from_envelope", "from_grpc", "from_http", "pushback_ms",
 ]

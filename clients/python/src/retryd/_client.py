@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
 import time
 from typing import Any, Awaitable, Callable, Optional, TypeVar
 
@@ -13,7 +11,10 @@ import grpc
 import grpc.aio
 
 from .errors import REJECTION_CODES
-from ._loop import Event, Fallback, Opts, deadline_of, loop
+from ._support import Tls, _channel_args, _Counts
+from ._loop import Event, Fallback, Opts, deadline_of, loop, to_hold
+from ._mirror import ASK, Mirror, MirrorStats
+from ._watch import TaskWatch, ThreadWatch
 from .mappers import default_mapper
 from .v1 import retryd_pb2 as pb
 from .v1 import retryd_pb2_grpc as pb_grpc
@@ -22,62 +23,12 @@ T = TypeVar("T")
 log = logging.getLogger("retryd")
 
 
-class Tls:
-    """TLS options; `Tls.from_env()` reads the examples' RETRYD_TLS_* variables."""
-
-    def __init__(self, ca: Optional[bytes] = None, cert: Optional[bytes] = None,
-                 key: Optional[bytes] = None, server_name: Optional[str] = None) -> None:
-        self.ca, self.cert, self.key, self.server_name = ca, cert, key, server_name
-
-    @classmethod
-    def from_env(cls) -> Optional["Tls"]:
-        ca = os.environ.get("RETRYD_TLS_CA")
-        if not ca:
-            return None
-
-        def rd(p: Optional[str]) -> Optional[bytes]:
-            return open(p, "rb").read() if p else None
-        return cls(rd(ca), rd(os.environ.get("RETRYD_TLS_CLIENT_CERT")),
-                   rd(os.environ.get("RETRYD_TLS_CLIENT_KEY")), os.environ.get("RETRYD_TLS_SERVER_NAME"))
-
-
-def _channel_args(tls: Optional[Tls]) -> list:
-    return [("grpc.ssl_target_name_override", tls.server_name)] if tls and tls.server_name else []
-
-
-class _Counts:
-    """Outcome counts per scope, sent in one ReportOutcomes per interval (never one RPC per success)."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.lock = threading.Lock()
-        self.counts: dict[tuple[str, str, str, str], list[int]] = {}
-        self.last = time.monotonic()
-
-    def add(self, key: tuple[str, str, str, str], what: str) -> None:
-        with self.lock:
-            c = self.counts.setdefault(key, [0, 0, 0])
-            c[{"request": 0, "success": 1, "failure": 2}[what]] += 1
-
-    def take(self, force: bool) -> Optional[pb.ReportOutcomesRequest]:
-        with self.lock:
-            if not self.counts or (not force and time.monotonic() - self.last < self.interval):
-                return None
-            self.last = time.monotonic()
-            items = list(self.counts.items())[:1000]
-            for k, _ in items:
-                del self.counts[k]
-        return pb.ReportOutcomesRequest(counts=[
-            pb.OutcomeCount(catalog=k[0], dependency=k[1], tenant=k[2], method=k[3],
-                            requests=c[0], successes=c[1], failures=c[2]) for k, c in items])
-
-
 class _Base:
     def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
                  tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
                  tls: Optional[Tls] = None, connect_timeout: float = 1.0,
                  fallback: Optional[Fallback] = None, on_event: Optional[Callable[[Event], None]] = None,
-                 report_interval: float = 1.0) -> None:
+                 report_interval: float = 1.0, mirror: bool = True, mirror_max_holds: int = 10_000) -> None:
         self.address = address
         self.catalog, self.dependency, self.tenant, self.locale = catalog, dependency, tenant, locale
         self.timeout = timeout
@@ -87,6 +38,49 @@ class _Base:
         self.fallbacks = 0  # how many times retryd was unreachable or slow and the fallback decided
         self._counts = _Counts(report_interval)
         self._tls = tls
+        self._mirror_on = mirror
+        self._mirror = Mirror(mirror_max_holds, on_change=self._mirror_changed)
+        self._mirror.want((dependency or "",), (tenant or "",))
+
+    def stats(self) -> MirrorStats:
+        """A copy of the mirror's and the RPCs' counters (see MirrorStats)."""
+        with self._mirror.lock:
+            return MirrorStats(**vars(self._mirror.stats))
+
+    def mirror_holds(self, dependency: Optional[str] = None) -> list:
+        """The holds in the mirror now (of one dependency, or all), as `Hold`s."""
+        with self._mirror.lock:
+            hs = list(self._mirror.holds.by_dep.get(dependency, {}).values()) if dependency is not None \
+                else list(self._mirror.holds.by_id.values())
+        return [to_hold(h.msg) for h in hs]
+
+    def _mirror_changed(self, state: str) -> None:
+        # "stale": the watch is down (known holds still refuse, the rest goes to Admit); "synced": back.
+        (log.warning if state == "stale" else log.info)("retryd: holds mirror %s", state)
+        self._event(Event("mirror_" + state, 0))
+
+    def _local(self, o: Opts) -> Any:
+        if not self._mirror_on:
+            return ASK
+        return self._mirror.admit(o.catalog or "", o.dependency or "", o.tenant or "", o.method or "")
+
+    def _answered(self, o: Opts, resp: Any) -> None:
+        """Holds in Admit's and Classify's answers go into the mirror at once."""
+        if not self._mirror_on:
+            return
+        h = resp.hold if hasattr(resp, "admitted") else resp.decision.hold
+        if h.id:
+            self._mirror.learn(h, o.tenant or "")
+
+    def _sent(self, what: str, req: Any = None) -> None:
+        st = self._mirror.stats
+        with self._mirror.lock:
+            if what == "admit":
+                st.admit_rpcs += 1
+            else:
+                st.report_rpcs += 1
+                if req is not None:
+                    st.reported_requests += sum(c.requests for c in req.counts)
 
     def _creds(self) -> Optional[grpc.ChannelCredentials]:
         t = self._tls
@@ -122,18 +116,23 @@ class Client(_Base):
     `Client(address, *, catalog=None, dependency=None, tenant=None, locale=None,
     timeout=0.05, sleep=time.sleep, tls=None)`; also `connect_timeout` (the
     eager connect at construction), `fallback` (a `Fallback`), `on_event`
-    (called with every `Event`) and `report_interval` (seconds between
-    batched ReportOutcomes).
+    (called with every `Event`, from the mirror's thread for "mirror_stale"
+    and "mirror_synced"), `report_interval` (seconds between batched
+    ReportOutcomes), `mirror` (default True: admit from a local mirror of the
+    fleet's holds, fed by one WatchHolds stream on a background thread) and
+    `mirror_max_holds` (default 10 000).
     """
 
     def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
                  tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
                  sleep: Callable[[float], None] = time.sleep, tls: Optional[Tls] = None,
                  connect_timeout: float = 1.0, fallback: Optional[Fallback] = None,
-                 on_event: Optional[Callable[[Event], None]] = None, report_interval: float = 1.0) -> None:
+                 on_event: Optional[Callable[[Event], None]] = None, report_interval: float = 1.0,
+                 mirror: bool = True, mirror_max_holds: int = 10_000) -> None:
         super().__init__(address, catalog=catalog, dependency=dependency, tenant=tenant, locale=locale,
                          timeout=timeout, tls=tls, connect_timeout=connect_timeout, fallback=fallback,
-                         on_event=on_event, report_interval=report_interval)
+                         on_event=on_event, report_interval=report_interval, mirror=mirror,
+                         mirror_max_holds=mirror_max_holds)
         self._sleep: Callable[[float], None] = sleep
         creds = self._creds()
         args = _channel_args(self._tls)
@@ -143,6 +142,20 @@ class Client(_Base):
             grpc.channel_ready_future(self._channel).result(timeout=self.connect_timeout)
         except grpc.FutureTimeoutError:
             log.warning("retryd: %s not reachable in %.2f s; calls use the fallback until it is", address, self.connect_timeout)
+        self._watch = ThreadWatch(self._stub)
+        if mirror:
+            self._mirror.notify = self._watch.notify
+            self._watch.start(self._mirror)
+
+    def watch(self, dependencies: Any = (), tenants: Any = (), timeout: float = 2.0) -> bool:
+        """Declares dependencies and tenants this process calls (the client's own are declared
+        already) and waits up to `timeout` seconds; True once the mirror's snapshot covers them."""
+        if not self._mirror_on:
+            return False
+        deps = [d for d in [self.dependency, *dependencies] if d]
+        tens = [t for t in [self.tenant, *tenants] if t]
+        self._mirror.want(deps, tens)
+        return self._watch.wait_covered(deps, tens, timeout)
 
     def call(self, fn: Callable[[], T], *, operation: Optional[str] = None, method: Optional[str] = None,
              idempotency_key: Optional[str] = None, idempotency_key_enforced: bool = False,
@@ -165,10 +178,16 @@ class Client(_Base):
 
     def _do(self, o: Opts, eff: tuple, fn: Callable[[], Any]) -> Any:
         kind = eff[0]
+        if kind == "mirror":
+            return self._local(o)
         if kind in ("admit", "classify"):
             rpc = self._stub.Admit if kind == "admit" else self._stub.Classify
+            if kind == "admit":
+                self._sent("admit")
             try:
-                return ("ok", rpc(eff[1], timeout=self._rpc_timeout(o)))
+                resp = rpc(eff[1], timeout=self._rpc_timeout(o))
+                self._answered(o, resp)
+                return ("ok", resp)
             except grpc.RpcError as e:
                 name = e.code().name  # type: ignore[attr-defined]
                 if name in REJECTION_CODES:  # a mistake, not an outage: no fallback
@@ -188,6 +207,7 @@ class Client(_Base):
             self._counts.add(self._key(o), eff[1])
             return None
         if kind == "report_probe":
+            self._sent("report")
             try:
                 self._stub.ReportOutcomes(pb.ReportOutcomesRequest(probe_token=eff[1], probe_succeeded=eff[2]),
                                           timeout=self.timeout)
@@ -206,6 +226,7 @@ class Client(_Base):
     def _flush(self, force: bool) -> None:
         req = self._counts.take(force)
         if req is not None:
+            self._sent("report", req)
             fut = self._stub.ReportOutcomes.future(req, timeout=max(self.timeout, 1.0) if force else self.timeout)
             if force:
                 try:
@@ -214,7 +235,8 @@ class Client(_Base):
                     pass
 
     def close(self) -> None:
-        """Sends the outcome counts not yet reported and closes the channel."""
+        """Stops the mirror's watch, sends the outcome counts not yet reported and closes the channel."""
+        self._watch.close()
         self._flush(True)
         self._channel.close()
 
@@ -228,16 +250,19 @@ class Client(_Base):
 class AsyncClient(_Base):
     """`Client` for asyncio: `await client.call(fn, ...)` with `fn` an async
     callable (or a sync one), `sleep` an async callable (default
-    `asyncio.sleep`). Cancelling the task stops the loop at once."""
+    `asyncio.sleep`). Cancelling the task stops the loop at once. The
+    mirror's watch runs as tasks on the loop of `connect()` (or the first call)."""
 
     def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
                  tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, tls: Optional[Tls] = None,
                  connect_timeout: float = 1.0, fallback: Optional[Fallback] = None,
-                 on_event: Optional[Callable[[Event], None]] = None, report_interval: float = 1.0) -> None:
+                 on_event: Optional[Callable[[Event], None]] = None, report_interval: float = 1.0,
+                 mirror: bool = True, mirror_max_holds: int = 10_000) -> None:
         super().__init__(address, catalog=catalog, dependency=dependency, tenant=tenant, locale=locale,
                          timeout=timeout, tls=tls, connect_timeout=connect_timeout, fallback=fallback,
-                         on_event=on_event, report_interval=report_interval)
+                         on_event=on_event, report_interval=report_interval, mirror=mirror,
+                         mirror_max_holds=mirror_max_holds)
         self._sleep: Callable[[float], Awaitable[None]] = sleep
         creds = self._creds()
         args = _channel_args(self._tls)
@@ -245,10 +270,29 @@ class AsyncClient(_Base):
         self._stub = pb_grpc.RetryDecisionServiceStub(self._channel)
         self._connected = False
         self._pending: set[asyncio.Future] = set()
+        self._watch = TaskWatch(self._stub)
+
+    def _start_watch(self) -> None:
+        if self._mirror_on and self._watch.task is None:
+            self._mirror.notify = self._watch.notify
+            self._watch.start(self._mirror)
+
+    async def watch(self, dependencies: Any = (), tenants: Any = (), timeout: float = 2.0) -> bool:
+        """Declares dependencies and tenants this process calls (the client's own are declared
+        already) and waits up to `timeout` seconds; True once the mirror's snapshot covers them."""
+        if not self._mirror_on:
+            return False
+        self._start_watch()
+        deps = [d for d in [self.dependency, *dependencies] if d]
+        tens = [t for t in [self.tenant, *tenants] if t]
+        self._mirror.want(deps, tens)
+        return await self._watch.wait_covered(deps, tens, timeout)
 
     async def connect(self) -> bool:
-        """Connects now (bounded by connect_timeout); True when retryd is reachable."""
+        """Connects now (bounded by connect_timeout) and starts the mirror's watch; True when
+        retryd is reachable."""
         self._connected = True
+        self._start_watch()
         try:
             await asyncio.wait_for(self._channel.channel_ready(), self.connect_timeout)
             return True
@@ -279,10 +323,16 @@ class AsyncClient(_Base):
 
     async def _do(self, o: Opts, eff: tuple, fn: Callable[[], Any]) -> Any:
         kind = eff[0]
+        if kind == "mirror":
+            return self._local(o)
         if kind in ("admit", "classify"):
             rpc = self._stub.Admit if kind == "admit" else self._stub.Classify
+            if kind == "admit":
+                self._sent("admit")
             try:
-                return ("ok", await rpc(eff[1], timeout=self._rpc_timeout(o)))
+                resp = await rpc(eff[1], timeout=self._rpc_timeout(o))
+                self._answered(o, resp)
+                return ("ok", resp)
             except grpc.aio.AioRpcError as e:
                 name = e.code().name  # type: ignore[attr-defined]
                 if name in REJECTION_CODES:  # a mistake, not an outage: no fallback
@@ -302,6 +352,7 @@ class AsyncClient(_Base):
             self._counts.add(self._key(o), eff[1])
             return None
         if kind == "report_probe":
+            self._sent("report")
             try:
                 await self._stub.ReportOutcomes(pb.ReportOutcomesRequest(probe_token=eff[1], probe_succeeded=eff[2]),
                                                 timeout=self.timeout)
@@ -323,6 +374,8 @@ class AsyncClient(_Base):
     def _flush(self, force: bool) -> None:
         req = self._counts.take(force)
         if req is not None:
+            self._sent("report", req)
+
             async def send() -> None:
                 try:
                     await self._stub.ReportOutcomes(req, timeout=max(self.timeout, 1.0))
@@ -333,7 +386,8 @@ class AsyncClient(_Base):
             t.add_done_callback(self._pending.discard)
 
     async def close(self) -> None:
-        """Sends the outcome counts not yet reported and closes the channel."""
+        """Stops the mirror's watch, sends the outcome counts not yet reported and closes the channel."""
+        await self._watch.close()
         self._flush(True)
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)

@@ -1,9 +1,11 @@
 """The retry loop, written once as a generator of effects.
 
 The sync and asyncio clients drive the same generator: it yields effects
-(("admit", req), ("run",), ("classify", req), ("read_back",), ("sleep", s),
+(("mirror",), ("admit", req), ("run",), ("classify", req), ("read_back",), ("sleep", s),
 ("report_probe", token, ok)) and receives their outcomes as ("ok", value) or
 ("err", exception). Nothing here does I/O, so both drivers behave the same.
+Admission is one step the holds mirror may answer: ("mirror",) receives True
+(admitted locally), (hold, retry_at) (refused locally) or None (send Admit).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .errors import (
     refusal,
 )
 from .v1 import retryd_pb2 as pb
+from .words import HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict
 
 Mapper = Callable[[BaseException], Optional[dict]]
 
@@ -54,13 +57,14 @@ class Event:
     hold: Optional[Hold] = None
     wait: float = 0.0
     detail: str = ""
+    local: bool = False  # decided by the client's holds mirror, no RPC
 
 
-_VERDICTS = {v: k[len("VERDICT_"):] for k, v in pb.Verdict.items()}
-_STRATEGIES = {v: k[len("STRATEGY_"):] for k, v in pb.Strategy.items()}
-_SIDE = {v: k[len("SIDE_EFFECT_STATE_"):] for k, v in pb.SideEffectState.items()}
-_SCOPES = {v: k[len("SCOPE_"):] for k, v in pb.Scope.items()}
-_KINDS = {v: k[len("HOLD_KIND_"):] for k, v in pb.HoldKind.items()}
+_VERDICTS = {v: Verdict.of_proto(k, "VERDICT_") for k, v in pb.Verdict.items()}
+_STRATEGIES = {v: Strategy.of_proto(k, "STRATEGY_") for k, v in pb.Strategy.items()}
+_SIDE = {v: SideEffectState.of_proto(k, "SIDE_EFFECT_STATE_") for k, v in pb.SideEffectState.items()}
+_SCOPES = {v: HoldScope.of_proto(k, "SCOPE_") for k, v in pb.Scope.items()}
+_KINDS = {v: HoldKind.of_proto(k, "HOLD_KIND_") for k, v in pb.HoldKind.items()}
 
 
 def _ts(t: timestamp_pb2.Timestamp) -> Optional[_dt.datetime]:
@@ -72,18 +76,18 @@ def _ts(t: timestamp_pb2.Timestamp) -> Optional[_dt.datetime]:
 def to_hold(h: Any) -> Optional[Hold]:
     if not h.id:
         return None
-    return Hold(h.id, h.catalog, h.dependency, h.tenant, h.method, _SCOPES.get(h.scope, ""),
-                _KINDS.get(h.kind, ""), _ts(h.until), h.code, h.rule, h.reason)
+    return Hold(h.id, h.catalog, h.dependency, h.tenant, h.method, _SCOPES.get(h.scope),
+                _KINDS.get(h.kind), _ts(h.until), h.code, h.rule, h.reason)
 
 
 def to_decision(d: Any) -> Decision:
     r = d.retry
     return Decision(
-        verdict=_VERDICTS.get(d.verdict, "UNSPECIFIED"), reason=d.reason, rule=d.rule,
+        verdict=_VERDICTS.get(d.verdict), reason=d.reason, rule=d.rule,
         required_transition=d.required_transition, terminal_state=d.terminal_state,
         catalog=d.catalog, code=d.code, retryable=r.retryable, safe=r.safe,
-        after_ms=r.after_ms, max_after_ms=r.max_after_ms, strategy=_STRATEGIES.get(r.strategy, ""),
-        attempt=r.attempt, max_attempts=r.max_attempts, side_effect_state=_SIDE.get(r.side_effect_state, ""),
+        after_ms=r.after_ms, max_after_ms=r.max_after_ms, strategy=_STRATEGIES.get(r.strategy),
+        attempt=r.attempt, max_attempts=r.max_attempts, side_effect_state=_SIDE.get(r.side_effect_state),
         reconciliation_action=r.reconciliation_action if r.HasField("reconciliation_action") else None,
         hold=to_hold(d.hold) if d.HasField("hold") else None, warnings=tuple(d.warnings),
     )
@@ -166,11 +170,21 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
     attempt = 1
     admitted_once = False
     while True:
-        # 1. Admit (fail open: retryd unreachable must not stop the call).
+        # 1. Admission: from the holds mirror when it can answer, else Admit (fail open:
+        # retryd unreachable must not stop the call).
         probe = ""
         while True:
             if o.deadline_mono is not None and time.monotonic() >= o.deadline_mono:
                 raise DeadlineExceeded("deadline passed before the attempt")
+            local = yield ("mirror",)
+            if local is True:
+                if not admitted_once:
+                    yield ("count", "request")  # the deposit Admit would have made
+                break
+            if local is not None:
+                hold_msg, retry_at = local
+                yield from _held(o, attempt, to_hold(hold_msg), retry_at, True)
+                continue
             req = pb.AdmitRequest(catalog=o.catalog or "", dependency=o.dependency or "",
                                   tenant=o.tenant or "", method=o.method or "", operation=op,
                                   attempt=attempt)
@@ -179,21 +193,16 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                 raise rejection(resp[0], resp[1])
             if status != "ok":
                 yield ("event", Event("fallback", attempt, detail=f"Admit failed: {resp}"))
+                if not admitted_once:
+                    yield ("count", "request")  # Admit made no deposit
                 break
             if resp.admitted:
                 probe = resp.probe_token
                 break
             hold = to_hold(resp.hold) if resp.HasField("hold") else None
             retry_at = resp.retry_at.ToDatetime(tzinfo=_dt.timezone.utc).timestamp() if resp.HasField("retry_at") else time.time() + 1
-            wait = max(0.0, retry_at - time.time()) + 0.01
-            yield ("event", Event("admit_refused", attempt, hold=hold, wait=wait))
-            if o.deadline_mono is not None and time.monotonic() + wait > o.deadline_mono:
-                raise Held(f"held until {hold.until if hold else retry_at}: {hold.reason if hold else ''}", hold)
-            yield ("event", Event("wait", attempt, hold=hold, wait=wait, detail="hold"))
-            yield ("sleep", wait)
-        if not admitted_once:
-            admitted_once = True
-            yield ("count", "request")
+            yield from _held(o, attempt, hold, retry_at, False)
+        admitted_once = True
 
         # 2. Run the caller's function.
         status, value = yield ("run",)
@@ -226,15 +235,15 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                 yield ("event", Event("fallback", attempt, wait=wait or 0.0, detail=f"Classify failed: {resp}"))
                 if wait is None:
                     kind = "read" if failure.operation == pb.OPERATION_KIND_READ else "write"
-                    d = Decision(verdict="DO_NOT_RETRY", rule=f"client_fallback/{kind}",
+                    d = Decision(verdict=Verdict.DO_NOT_RETRY, rule=f"client_fallback/{kind}",
                                  reason=f"retryd unavailable ({resp}); the conservative fallback does not retry this {kind}")
-                    raise RetrydUnavailable(d.reason, d, exc) from exc
+                    raise RetrydUnavailable(d.reason, d, exc, RefusedReason.FALLBACK) from exc
                 break
             d = to_decision(resp.decision)
             yield ("event", Event("decision", attempt, decision=d))
-            if d.verdict == "ALREADY_APPLIED":
+            if d.verdict is Verdict.ALREADY_APPLIED:
                 return read_back_value
-            if d.verdict == "STATE_VERIFICATION_REQUIRED" and o.read_back is not None \
+            if d.verdict is Verdict.STATE_VERIFICATION_REQUIRED and o.read_back is not None \
                     and failure.read_back == pb.READ_BACK_UNSPECIFIED:
                 status, rb = yield ("read_back",)
                 if status == "ok" and rb is not None:
@@ -248,7 +257,7 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                     raise rb
                 yield ("event", Event("read_back", attempt, detail=pb.ReadBack.Name(failure.read_back)))
                 continue
-            if d.verdict != "RETRY_WITH_LIMIT":
+            if d.verdict is not Verdict.RETRY_WITH_LIMIT:
                 raise refusal(d, exc) from exc
             lo, hi = d.after_ms, max(d.after_ms, d.max_after_ms)
             wait = random.uniform(lo, hi) / 1000.0
@@ -258,6 +267,17 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
         yield ("event", Event("wait", attempt, wait=wait))
         yield ("sleep", wait)
         attempt += 1
+
+
+def _held(o: Opts, attempt: int, hold: Optional[Hold], retry_at: float, local: bool) -> Generator[tuple, tuple, None]:
+    """A refusal by a hold (retryd's Admit or the local mirror): wait until retry_at, or raise Held
+    when that passes the deadline."""
+    wait = max(0.0, retry_at - time.time()) + 0.01
+    yield ("event", Event("admit_refused", attempt, hold=hold, wait=wait, local=local))
+    if o.deadline_mono is not None and time.monotonic() + wait > o.deadline_mono:
+        raise Held(f"held until {hold.until if hold else retry_at}: {hold.reason if hold else ''}", hold)
+    yield ("event", Event("wait", attempt, hold=hold, wait=wait, detail="hold", local=local))
+    yield ("sleep", wait)
 
 
 def _fallback(o: Opts, failure: Any, attempt: int) -> Optional[float]:

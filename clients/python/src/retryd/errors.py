@@ -6,6 +6,8 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .words import HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict
+
 
 @dataclass(frozen=True)
 class Hold:
@@ -16,8 +18,8 @@ class Hold:
     dependency: str
     tenant: str
     method: str
-    scope: str  # "TENANT", "DEPENDENCY", "METHOD"
-    kind: str  # "PAUSE", "QUOTA_STOP", "QUARANTINE", "CIRCUIT_OPEN"
+    scope: Optional[HoldScope]  # "tenant", "dependency", "method"
+    kind: Optional[HoldKind]  # "pause", "quota_stop", "quarantine", "circuit_open"
     until: Optional[_dt.datetime]
     code: str
     rule: str
@@ -28,7 +30,7 @@ class Hold:
 class Decision:
     """retryd's answer for one failure (the fields a caller acts on)."""
 
-    verdict: str  # "RETRY_WITH_LIMIT", "STATE_VERIFICATION_REQUIRED", "FIX_BEFORE_RETRY", "DO_NOT_RETRY", "ALREADY_APPLIED"
+    verdict: Optional[Verdict]  # str(verdict) is the CLI's and HTTP's word, e.g. "retry_with_limit"
     reason: str = ""
     rule: str = ""
     required_transition: str = ""
@@ -39,10 +41,10 @@ class Decision:
     safe: bool = False
     after_ms: int = 0
     max_after_ms: int = 0
-    strategy: str = ""
+    strategy: Optional[Strategy] = None
     attempt: int = 0
     max_attempts: int = 0
-    side_effect_state: str = ""
+    side_effect_state: Optional[SideEffectState] = None
     reconciliation_action: Optional[str] = None
     hold: Optional[Hold] = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
@@ -71,15 +73,18 @@ class Inconclusive(Exception):
 
 
 class RetryRefused(Exception):
-    """The loop stopped without a result. `.decision` is retryd's whole
-    decision (or the client's own, for a fallback or a deadline), `.error`
-    the dependency's last exception, if any."""
+    """The loop stopped without a result. `.reason` says why (a `RefusedReason`),
+    `.decision` is retryd's whole decision (or the client's own, for a
+    fallback), `.error` the dependency's last exception, if any."""
+
+    reason_default = RefusedReason.VERDICT
 
     def __init__(self, message: str, decision: Optional[Decision] = None,
-                 error: Optional[BaseException] = None) -> None:
+                 error: Optional[BaseException] = None, reason: Optional[RefusedReason] = None) -> None:
         super().__init__(message)
         self.decision = decision
         self.error = error
+        self.reason: RefusedReason = reason or type(self).reason_default
 
 
 class FixBeforeRetry(RetryRefused):
@@ -97,6 +102,8 @@ class VerificationRequired(RetryRefused):
 class Held(RetryRefused):
     """A fleet hold refuses the call past the caller's deadline; `.hold` says which."""
 
+    reason_default = RefusedReason.HELD
+
     def __init__(self, message: str, hold: Optional[Hold]) -> None:
         super().__init__(message)
         self.hold = hold
@@ -105,10 +112,14 @@ class Held(RetryRefused):
 class DeadlineExceeded(RetryRefused):
     """The caller's deadline would pass before the next attempt."""
 
+    reason_default = RefusedReason.DEADLINE_EXCEEDED
+
 
 class RetrydUnavailable(RetryRefused):
     """retryd was unreachable or slow, and the conservative fallback refused
     another attempt (a write without an enforced key, or a read past 3 attempts)."""
+
+    reason_default = RefusedReason.FALLBACK
 
 
 class Rejected(Exception):
@@ -138,12 +149,12 @@ def rejection(code: str, message: str, error: Optional[BaseException] = None) ->
 
 
 _BY_VERDICT = {
-    "FIX_BEFORE_RETRY": FixBeforeRetry,
-    "DO_NOT_RETRY": DoNotRetry,
-    "STATE_VERIFICATION_REQUIRED": VerificationRequired,
+    Verdict.FIX_BEFORE_RETRY: FixBeforeRetry,
+    Verdict.DO_NOT_RETRY: DoNotRetry,
+    Verdict.STATE_VERIFICATION_REQUIRED: VerificationRequired,
 }
 
 
 def refusal(decision: Decision, error: Optional[BaseException]) -> RetryRefused:
-    cls = _BY_VERDICT.get(decision.verdict, RetryRefused)
-    return cls(f"{decision.verdict.lower()}: {decision.reason}", decision, error)
+    cls = _BY_VERDICT.get(decision.verdict, RetryRefused)  # type: ignore[arg-type]
+    return cls(f"{decision.verdict}: {decision.reason}", decision, error)

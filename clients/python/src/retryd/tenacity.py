@@ -66,6 +66,16 @@ class Policy:
     def before(self, retry_state: Any) -> None:
         """Admit before each attempt; a hold raises retryd.Held (fail open when retryd is down)."""
         o = self._o
+        local = self._client._local(o)  # the holds mirror, when it can answer
+        if local is True:
+            if retry_state.attempt_number <= 1:
+                self._client._counts.add(self._client._key(o), "request")  # the deposit Admit would make
+                self._client._flush(False)
+            return
+        if local is not None:
+            hold = to_hold(local[0])
+            raise Held(f"held until {hold.until if hold else local[1]}: {hold.reason if hold else ''} (local)", hold)
+        self._client._sent("admit")
         resp = self._rpc("Admit", pb.AdmitRequest(catalog=o.catalog or "", dependency=o.dependency or "",
                                                   tenant=o.tenant or "", method=o.method or "",
                                                   operation=pb.OPERATION_KIND_READ if o.operation == "read"

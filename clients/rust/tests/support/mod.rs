@@ -49,14 +49,19 @@ pub fn binary() -> Option<PathBuf> {
     None
 }
 
-/// Starts retryd with an operator token file holding `token`.
-pub async fn start(bin: &Path, name: &str, token: &str) -> Retryd {
+/// Starts retryd with an operator token file holding `token`, and the
+/// catalogs of `policy` (RETRYD_POLICY) on top of the embedded ones.
+pub async fn start(bin: &Path, name: &str, token: &str, policy: Option<&Path>) -> Retryd {
     let dir = std::env::temp_dir().join(format!("retryd-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let tok = dir.join("operator.token");
     std::fs::write(&tok, format!("{token}\n")).unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
-    let child = tokio::process::Command::new(bin)
+    let mut cmd = tokio::process::Command::new(bin);
+    if let Some(p) = policy {
+        cmd.env("RETRYD_POLICY", p);
+    }
+    let child = cmd
         .args([
             "serve",
             "--listen",

@@ -291,16 +291,18 @@ class ReleaseHoldResponse(_message.Message):
     def __init__(self, hold: _Optional[_Union[Hold, _Mapping]] = ...) -> None: ...
 
 class WatchHoldsRequest(_message.Message):
-    __slots__ = ("catalog", "dependency", "tenant", "dependencies")
+    __slots__ = ("catalog", "dependency", "tenant", "dependencies", "tenants")
     CATALOG_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
     catalog: str
     dependency: str
     tenant: str
     dependencies: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ...) -> None: ...
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., tenants: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WatchHoldsResponse(_message.Message):
     __slots__ = ("kind", "hold", "server_time")
