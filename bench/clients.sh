@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# What a client library adds to a call, against calling retryd's RPCs by hand
-# (the Go library; clients/go/cmd/bench). Starts its own retryd on a free port.
-# Python and Node: a no-op through the client (holds mirror synced, no hold)
-# against the bare no-op, medians (bench/clients_python.py, bench/clients_node.mjs;
-# targets: 20 µs added each). Java: JMH (clients/java/src/test/java/dev/retryd/client/bench;
-# target 5 µs added), then how fast a hold reaches a mirror, a reset and a restart under 40 mirror clients.
+# What a client library adds to a call against calling the function bare:
+# the success path of a no-op through the library with the holds mirror
+# synced and no hold in force (no RPC), medians (and p99) per call over -n
+# calls; the library with its mirror off (an Admit RPC per call) for
+# comparison where the part prints it. Starts its own retryd on a free port.
+#   go     — clients/go/cmd/bench (target 5 µs added)
+#   rust   — clients/rust/examples/bench.rs, release build (target 5 µs)
+#   python — bench/clients_python.py (target 20 µs)
+#   node   — bench/clients_node.mjs (target 20 µs)
+#   java   — JMH, clients/java/src/test/java/dev/retryd/client/bench (target 5 µs), then how fast a
+#            hold reaches a mirror, a reset and a restart under 40 mirror clients
 #
-#   bash bench/clients.sh [-n 5000]        # RETRYD_BIN: the binary (default target/release/retryd, else target/debug/retryd)
-#   CLIENTS="python node" bash bench/clients.sh -n 20000   # only these (default: go python node java)
+#   bash bench/clients.sh [-n 20000]        # RETRYD_BIN: the binary (default target/release/retryd, else target/debug/retryd)
+#   CLIENTS="go rust" bash bench/clients.sh -n 20000   # only these (default: go rust python node java)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
@@ -19,9 +24,15 @@ pid=$!
 trap 'kill "$pid"; wait "$pid" 2>/dev/null' EXIT
 until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.1; done
 echo "retryd: $bin"
-clients=" ${CLIENTS:-go python node java} "
-[[ "$clients" != *" go "* ]] || \
-(cd "$root/clients/go" && GOFLAGS="${GOFLAGS:-} -buildvcs=false" go run ./cmd/bench -addr "127.0.0.1:$port" "$@")
+clients=" ${CLIENTS:-go rust python node java} "
+if [[ "$clients" == *" go "* ]]; then
+  echo "--- go"
+  (cd "$root/clients/go" && GOFLAGS="${GOFLAGS:-} -buildvcs=false" go run ./cmd/bench -addr "127.0.0.1:$port" "$@")
+fi
+if [[ "$clients" == *" rust "* ]]; then
+  echo "--- rust"
+  cargo run -q --release -p retryd-client --example bench -- "127.0.0.1:$port" "$@"
+fi
 if [[ "$clients" == *" python "* ]]; then
   RETRYD_ADDR="127.0.0.1:$port" "$root/clients/python/.venv/bin/python" "$root/bench/clients_python.py" "$@"
 fi

@@ -66,8 +66,12 @@ var DefaultFallback = Fallback{MaxAttempts: 3, Base: 100 * time.Millisecond, Cap
 
 // Event is one step of the loop, for logs and traces.
 type Event struct {
-	// Kind: "admit_refused", "decision", "wait", "read_back", "fallback", "success".
-	Kind     string
+	// Kind: "admit_refused", "decision", "wait", "read_back", "fallback",
+	// "success"; the mirror's "mirror_stale" (its stream is down) and
+	// "mirror_synced" (a snapshot arrived).
+	Kind string
+	// Local: an admit_refused (or its wait) decided from the holds mirror, no RPC.
+	Local    bool
 	Attempt  int
 	Decision *Decision
 	Hold     *Hold
@@ -99,6 +103,8 @@ type options struct {
 	hook                                 func(Event)
 	logger                               *slog.Logger
 	dialOpts                             []grpc.DialOption
+	noMirror                             bool
+	maxHolds                             int
 }
 
 // Option configures a Client.
@@ -142,6 +148,15 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // WithReportInterval sets how often outcome counts are sent (default 1 s).
 func WithReportInterval(d time.Duration) Option { return func(o *options) { o.reportEvery = d } }
 
+// WithMirror turns the local holds mirror on (the default) or off. Off,
+// every attempt asks Admit (an RPC per call).
+func WithMirror(on bool) Option { return func(o *options) { o.noMirror = !on } }
+
+// WithMaxHolds bounds the mirror (default DefaultMaxHolds). Beyond it the
+// hold ending soonest is dropped and its dependency uses Admit until the
+// next snapshot.
+func WithMaxHolds(n int) Option { return func(o *options) { o.maxHolds = max(n, 1) } }
+
 // WithDialOptions adds grpc dial options.
 func WithDialOptions(d ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, d...) }
@@ -157,6 +172,8 @@ type Client struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	mirror    *mirror // nil: off
+	counters  counters
 }
 
 // New connects to retryd at address ("host:port"). Connecting eagerly is
@@ -164,7 +181,7 @@ type Client struct {
 // calls then use the fallback until it answers.
 func New(address string, opts ...Option) (*Client, error) {
 	o := options{timeout: 50 * time.Millisecond, connectTimeout: time.Second, reportEvery: time.Second,
-		sleep: SleepContext, fallback: DefaultFallback, logger: slog.Default()}
+		sleep: SleepContext, fallback: DefaultFallback, logger: slog.Default(), maxHolds: DefaultMaxHolds}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -190,6 +207,13 @@ func New(address string, opts ...Option) (*Client, error) {
 		cancel()
 	}
 	go c.reporter()
+	if !o.noMirror {
+		// The client's own dependency and tenant are declared at once: the
+		// snapshot usually arrives before the first call.
+		c.mirror = newMirror(c, o.maxHolds)
+		c.mirror.want([]string{o.dependency}, []string{o.tenant})
+		go c.mirror.run()
+	}
 	return c, nil
 }
 
@@ -198,7 +222,13 @@ func (c *Client) Fallbacks() uint64 { return c.fallbacks.Load() }
 
 // Close sends the outcome counts not yet reported and closes the connection.
 func (c *Client) Close() error {
-	c.closeOnce.Do(func() { close(c.stop); <-c.done })
+	c.closeOnce.Do(func() {
+		if c.mirror != nil {
+			c.mirror.close()
+		}
+		close(c.stop)
+		<-c.done
+	})
 	return c.conn.Close()
 }
 
@@ -227,6 +257,12 @@ func (c *Client) flush(timeout time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	var n uint64
+	for _, k := range req.Counts {
+		n += k.Requests
+	}
+	c.counters.reportRPCs.Add(1)
+	c.counters.reportedRequests.Add(n)
 	_, _ = c.stub.ReportOutcomes(ctx, req)
 }
 
@@ -234,6 +270,8 @@ func (c *Client) event(e Event) {
 	if e.Kind == "fallback" {
 		c.fallbacks.Add(1)
 		c.o.logger.Warn("retryd: conservative fallback", "detail", e.Detail, "attempt", e.Attempt)
+	} else if e.Kind == "mirror_stale" {
+		c.o.logger.Warn("retryd: holds mirror stale; known holds still refuse, other calls ask Admit", "detail", e.Detail)
 	} else {
 		c.o.logger.Debug("retryd", "event", e.Kind, "attempt", e.Attempt, "wait", e.Wait)
 	}
@@ -340,60 +378,18 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 		mapper = DefaultMapper
 	}
 	deadline, hasDeadline := ctx.Deadline()
-	c.counts.add(sc, 1, 0, 0)
 	for {
-		// 1. Admit; retryd unreachable does not stop the call (fail open).
-		probe := ""
-		for {
-			if err := ctx.Err(); err != nil {
-				return zero, err
-			}
-			rctx, cancel := c.rpcCtx(ctx)
-			resp, err := c.stub.Admit(rctx, &pb.AdmitRequest{Catalog: c.o.catalog, Dependency: c.o.dependency,
-				Tenant: c.o.tenant, Method: call.Method, Operation: op, Attempt: uint32(attempt)})
-			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					return zero, ctx.Err()
-				}
-				if rej := rejectionOf(err, nil); rej != nil {
-					return zero, rej
-				}
-				c.event(Event{Kind: "fallback", Attempt: attempt, Detail: "Admit failed: " + err.Error()})
-				break
-			}
-			if resp.Admitted {
-				probe = resp.ProbeToken
-				break
-			}
-			hold := holdOf(resp.Hold)
-			retryAt := time.Now().Add(time.Second)
-			if resp.RetryAt != nil {
-				retryAt = resp.RetryAt.AsTime()
-			}
-			wait := time.Until(retryAt) + 10*time.Millisecond
-			if wait < 0 {
-				wait = 0
-			}
-			c.event(Event{Kind: "admit_refused", Attempt: attempt, Hold: hold, Wait: wait})
-			if hasDeadline && time.Now().Add(wait).After(deadline) {
-				return zero, &RefusedError{Reason: RefusedHeld, Hold: hold}
-			}
-			c.event(Event{Kind: "wait", Attempt: attempt, Hold: hold, Wait: wait, Detail: "hold"})
-			if err := c.o.sleep(ctx, wait); err != nil {
-				return zero, err
-			}
+		// 1. Admit: from the mirror when it knows the scope, else the RPC.
+		probe, err := c.admit(ctx, sc, op, attempt, true)
+		if err != nil {
+			return zero, err
 		}
 
 		// 2. The call.
 		v, err := fn(ctx)
 		if err == nil {
 			c.counts.add(sc, 0, 1, 0)
-			if probe != "" {
-				rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
-				_, _ = c.stub.ReportOutcomes(rctx, &pb.ReportOutcomesRequest{ProbeToken: probe, ProbeSucceeded: true})
-				cancel()
-			}
+			c.ReportProbe(ctx, probe)
 			c.event(Event{Kind: "success", Attempt: attempt})
 			return v, nil
 		}
@@ -433,19 +429,20 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 					if failure.Operation == pb.OperationKind_OPERATION_KIND_READ {
 						kind = "read"
 					}
-					d := &Decision{Verdict: "DO_NOT_RETRY", Rule: "client_fallback/" + kind,
+					d := &Decision{Verdict: DoNotRetry, Rule: "client_fallback/" + kind,
 						Reason: "retryd unavailable (" + rerr.Error() + "); the conservative fallback does not retry this " + kind}
 					return zero, &RefusedError{Reason: RefusedFallback, Decision: d, Err: err}
 				}
 				wait = w
 				break
 			}
+			c.mirror.learn(resp.Decision.GetHold())
 			d := decisionOf(resp.Decision)
 			c.event(Event{Kind: "decision", Attempt: attempt, Decision: d})
-			if d.Verdict == "ALREADY_APPLIED" {
+			if d.Verdict == AlreadyApplied {
 				return readBackValue, nil
 			}
-			if d.Verdict == "STATE_VERIFICATION_REQUIRED" && call.ReadBack != nil &&
+			if d.Verdict == StateVerificationRequired && call.ReadBack != nil &&
 				failure.ReadBack == pb.ReadBack_READ_BACK_UNSPECIFIED {
 				rv, present, rbErr := call.ReadBack(ctx)
 				switch {
@@ -462,7 +459,7 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 				c.event(Event{Kind: "read_back", Attempt: attempt, Detail: failure.ReadBack.String()})
 				continue
 			}
-			if d.Verdict != "RETRY_WITH_LIMIT" {
+			if d.Verdict != RetryWithLimit {
 				return zero, &RefusedError{Reason: RefusedVerdict, Decision: d, Err: err}
 			}
 			lo, hi := d.AfterMs, d.MaxAfterMs
@@ -588,7 +585,8 @@ func rejectionOf(rpcErr, depErr error) *RejectedError {
 
 // Decision is retryd's answer for one failure.
 type Decision struct {
-	Verdict                                         string // RETRY_WITH_LIMIT, STATE_VERIFICATION_REQUIRED, FIX_BEFORE_RETRY, DO_NOT_RETRY, ALREADY_APPLIED
+	Verdict                                         Verdict  // prints retry_with_limit, do_not_retry, …
+	Strategy                                        Strategy // how the wait was computed
 	Reason, Rule, RequiredTransition, TerminalState string
 	AfterMs, MaxAfterMs                             uint64
 	Hold                                            *Hold
@@ -597,8 +595,10 @@ type Decision struct {
 
 // Hold is a fleet hold: do not call this scope until Until.
 type Hold struct {
-	ID, Catalog, Dependency, Tenant, Method, Scope, Kind, Code, Rule, Reason string
-	Until                                                                    time.Time
+	ID, Catalog, Dependency, Tenant, Method, Code, Rule, Reason string
+	Scope                                                       HoldScope
+	Kind                                                        HoldKind
+	Until                                                       time.Time
 }
 
 func holdOf(h *pb.Hold) *Hold {
@@ -606,19 +606,12 @@ func holdOf(h *pb.Hold) *Hold {
 		return nil
 	}
 	return &Hold{ID: h.Id, Catalog: h.Catalog, Dependency: h.Dependency, Tenant: h.Tenant, Method: h.Method,
-		Scope: trim(h.Scope.String(), "SCOPE_"), Kind: trim(h.Kind.String(), "HOLD_KIND_"), Code: h.Code,
+		Scope: scopeOf(h.Scope), Kind: holdKindOf(h.Kind), Code: h.Code,
 		Rule: h.Rule, Reason: h.Reason, Until: h.Until.AsTime()}
 }
 
 func decisionOf(d *pb.Decision) *Decision {
-	return &Decision{Verdict: trim(d.Verdict.String(), "VERDICT_"), Reason: d.Reason, Rule: d.Rule,
+	return &Decision{Verdict: VerdictOf(d.Verdict), Strategy: strategyOf(d.GetRetry().GetStrategy()), Reason: d.Reason, Rule: d.Rule,
 		RequiredTransition: d.RequiredTransition, TerminalState: d.TerminalState,
 		AfterMs: d.GetRetry().GetAfterMs(), MaxAfterMs: d.GetRetry().GetMaxAfterMs(), Hold: holdOf(d.Hold), Raw: d}
-}
-
-func trim(s, prefix string) string {
-	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):]
-	}
-	return s
 }

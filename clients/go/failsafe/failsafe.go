@@ -29,13 +29,21 @@ import (
 // Advice is what a wrapped attempt returns when the call failed: retryd's
 // verdict, whether and after how long to retry; Unwrap gives the dependency's error.
 type Advice struct {
-	Retry   bool
-	Wait    time.Duration
-	Verdict string
-	Err     error
+	Retry bool
+	Wait  time.Duration
+	// Verdict: retryd's (VerdictUnknown with Fallback).
+	Verdict retryd.Verdict
+	// Fallback: retryd was unreachable; the client's conservative fallback advised.
+	Fallback bool
+	Err      error
 }
 
-func (a *Advice) Error() string { return "retryd: " + a.Verdict + ": " + a.Err.Error() }
+func (a *Advice) Error() string {
+	if a.Fallback {
+		return "retryd: client_fallback: " + a.Err.Error()
+	}
+	return "retryd: " + a.Verdict.String() + ": " + a.Err.Error()
+}
 func (a *Advice) Unwrap() error { return a.Err }
 
 // Advisor asks retryd about one kind of call.
@@ -86,27 +94,19 @@ func (a *Advisor[R]) Get(ctx context.Context, maxAttempts int, fn func(context.C
 	return r, err
 }
 
-// Wrap is fn as one failsafe-go attempt: Admit, the call, and Classify on failure.
+// Wrap is fn as one failsafe-go attempt: admission (the mirror or Admit), the call, and Classify on failure.
 func (a *Advisor[R]) Wrap(fn func(context.Context) (R, error)) func(fs.Execution[R]) (R, error) {
 	return func(exec fs.Execution[R]) (R, error) {
 		var zero R
 		ctx, s, stub, attempt := exec.Context(), a.c.Settings(), a.c.Stub(), exec.Attempts()
-		rctx, cancel := context.WithTimeout(ctx, s.Timeout)
-		resp, err := stub.Admit(rctx, &pb.AdmitRequest{Catalog: s.Catalog, Dependency: s.Dependency, Tenant: s.Tenant,
-			Method: a.call.Method, Operation: a.call.Operation.PB(), Attempt: uint32(attempt)})
-		cancel()
-		switch {
-		case err != nil:
-			if rej := retryd.AsRejection(err, nil); rej != nil {
-				return zero, rej
-			}
-			// retryd unreachable or slow: fail open, as the client does.
-		case !resp.Admitted:
-			return zero, &retryd.RefusedError{Reason: retryd.RefusedHeld, Hold: &retryd.Hold{Reason: resp.GetHold().GetReason(),
-				Until: resp.GetRetryAt().AsTime()}}
+		// The client's admission: its holds mirror (no RPC) or Admit; a hold ends the run.
+		probe, err := a.c.Admit(ctx, a.call.Method, a.call.Operation, attempt)
+		if err != nil {
+			return zero, err
 		}
 		v, callErr := fn(ctx)
 		if callErr == nil {
+			a.c.ReportProbe(ctx, probe)
 			return v, nil
 		}
 		mapper := a.call.ToFailure
@@ -117,8 +117,10 @@ func (a *Advisor[R]) Wrap(fn func(context.Context) (R, error)) func(fs.Execution
 		if f == nil {
 			return zero, callErr
 		}
-		rctx, cancel = context.WithTimeout(ctx, s.Timeout)
-		cr, err := stub.Classify(rctx, &pb.ClassifyRequest{Failure: a.c.FailureProto(f, a.call, attempt), Locale: s.Locale})
+		failure := a.c.FailureProto(f, a.call, attempt)
+		failure.ProbeToken = probe // a failed probe re-places its hold
+		rctx, cancel := context.WithTimeout(ctx, s.Timeout)
+		cr, err := stub.Classify(rctx, &pb.ClassifyRequest{Failure: failure, Locale: s.Locale})
 		cancel()
 		if err != nil {
 			if rej := retryd.AsRejection(err, callErr); rej != nil {
@@ -127,13 +129,13 @@ func (a *Advisor[R]) Wrap(fn func(context.Context) (R, error)) func(fs.Execution
 			// The client's conservative fallback: capped exponential backoff, its attempt limit.
 			top := min(s.Fallback.Cap, s.Fallback.Base<<min(attempt-1, 20))
 			return zero, &Advice{Retry: attempt < s.Fallback.MaxAttempts, Wait: time.Duration(rand.Int64N(int64(top) + 1)),
-				Verdict: "client_fallback", Err: callErr}
+				Fallback: true, Err: callErr}
 		}
 		d := cr.GetDecision()
 		lo, hi := d.GetRetry().GetAfterMs(), d.GetRetry().GetMaxAfterMs()
 		hi = max(hi, lo)
 		wait := time.Duration(lo)*time.Millisecond + time.Duration(rand.Int64N(int64(hi-lo)*int64(time.Millisecond)+1))
 		return zero, &Advice{Retry: d.GetVerdict() == pb.Verdict_VERDICT_RETRY_WITH_LIMIT, Wait: wait,
-			Verdict: d.GetVerdict().String(), Err: callErr}
+			Verdict: retryd.VerdictOf(d.GetVerdict()), Err: callErr}
 	}
 }

@@ -1614,12 +1614,16 @@ type WatchHoldsRequest struct {
 	Catalog string `protobuf:"bytes,1,opt,name=catalog,proto3" json:"catalog,omitempty"`
 	// Only this dependency (empty: all, unless `dependencies` names some).
 	Dependency string `protobuf:"bytes,2,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	// Only this tenant (empty: all).
+	// Only this tenant's holds (empty: all).
 	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Only these dependencies (any of them; at most 256), together with
 	// `dependency` if set: one process watches every dependency it calls on
 	// one stream.
-	Dependencies  []string `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	Dependencies []string `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	// A client mirror's tenants (at most 256): tenant holds are sent only for
+	// these, in clear (the caller named them); dependency and method holds
+	// whatever their tenant. Not together with `tenant` (INVALID_ARGUMENT).
+	Tenants       []string `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1678,6 +1682,13 @@ func (x *WatchHoldsRequest) GetTenant() string {
 func (x *WatchHoldsRequest) GetDependencies() []string {
 	if x != nil {
 		return x.Dependencies
+	}
+	return nil
+}
+
+func (x *WatchHoldsRequest) GetTenants() []string {
+	if x != nil {
+		return x.Tenants
 	}
 	return nil
 }
@@ -3676,14 +3687,15 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x12ReleaseHoldRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\":\n" +
 	"\x13ReleaseHoldResponse\x12#\n" +
-	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\x89\x01\n" +
+	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\xa3\x01\n" +
 	"\x11WatchHoldsRequest\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x02 \x01(\tR\n" +
 	"dependency\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\"\n" +
-	"\fdependencies\x18\x04 \x03(\tR\fdependencies\"\xa4\x01\n" +
+	"\fdependencies\x18\x04 \x03(\tR\fdependencies\x12\x18\n" +
+	"\atenants\x18\x05 \x03(\tR\atenants\"\xa4\x01\n" +
 	"\x12WatchHoldsResponse\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.retryd.v1.HoldEventKindR\x04kind\x12#\n" +
 	"\x04hold\x18\x02 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\x12;\n" +

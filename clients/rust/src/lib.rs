@@ -18,7 +18,6 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,8 +28,19 @@ use rand::Rng;
 use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+mod admit;
+mod error;
+use admit::fallback_decision;
+use error::rejection;
+pub use error::{Decision, Error};
 mod mappers;
+mod mirror;
+pub mod tower_retry;
+mod words;
 pub use mappers::{DependencyError, HttpStatusError, IntoFailure, from_envelope, from_grpc, from_http, pushback};
+use mirror::Mirror;
+pub use mirror::{DEFAULT_MAX_HOLDS, MAX_WATCHED, MirrorStats, NotWatched};
+pub use words::{HoldKind, HoldScope, Strategy, Verdict};
 
 /// The generated `retryd.v1` types and client, for calling the RPCs by hand.
 pub mod pb {
@@ -183,126 +193,12 @@ impl<'a, T> Call<'a, T> {
     }
 }
 
-/// retryd's answer for one failure.
-#[derive(Clone, Debug)]
-pub struct Decision {
-    /// `RETRY_WITH_LIMIT`, `STATE_VERIFICATION_REQUIRED`, `FIX_BEFORE_RETRY`, `DO_NOT_RETRY`, `ALREADY_APPLIED`.
-    pub verdict: String,
-    /// Why.
-    pub reason: String,
-    /// The catalog rule that decided (`client_fallback/…` for the fallback).
-    pub rule: String,
-    /// The state change needed first, e.g. `authorization_restored`.
-    pub required_transition: String,
-    /// A final state to record, e.g. `FAILED_PERMANENT`.
-    pub terminal_state: String,
-    /// The wait window.
-    pub after_ms: u64,
-    /// Top of the wait window.
-    pub max_after_ms: u64,
-    /// The fleet hold in force, if any.
-    pub hold: Option<pb::Hold>,
-    /// The whole decision as retryd sent it (None for the fallback's).
-    pub raw: Option<pb::Decision>,
-}
-
-fn verdict_name(v: i32) -> String {
-    pb::Verdict::try_from(v)
-        .map(|v| v.as_str_name().trim_start_matches("VERDICT_").to_string())
-        .unwrap_or_default()
-}
-
-impl From<pb::Decision> for Decision {
-    fn from(d: pb::Decision) -> Self {
-        let r = d.retry.clone().unwrap_or_default();
-        Decision {
-            verdict: verdict_name(d.verdict),
-            reason: d.reason.clone(),
-            rule: d.rule.clone(),
-            required_transition: d.required_transition.clone(),
-            terminal_state: d.terminal_state.clone(),
-            after_ms: r.after_ms,
-            max_after_ms: r.max_after_ms,
-            hold: d.hold.clone(),
-            raw: Some(d),
-        }
-    }
-}
-
-/// Why a call ended without a result.
-#[derive(Debug)]
-pub enum Error<E> {
-    /// retryd's decision said stop (`decision.verdict`); `source` is the dependency's last error.
-    Refused { decision: Box<Decision>, source: E },
-    /// A fleet hold refuses the call past the deadline.
-    Held { hold: Option<Box<pb::Hold>> },
-    /// The next attempt would pass the deadline.
-    DeadlineExceeded { source: Option<E> },
-    /// retryd was unreachable or slow and the fallback does not retry.
-    Unavailable { decision: Box<Decision>, source: E },
-    /// An error no mapper understands, returned untouched.
-    Dependency(E),
-    /// retryd refused the request itself (`INVALID_ARGUMENT`, `NOT_FOUND`,
-    /// `PERMISSION_DENIED`): a mistake in the client's configuration or in
-    /// what a mapper sent, not an outage, so no fallback ran. `field` is the
-    /// field retryd named (`failure.catalog`); `source` the dependency's
-    /// error, when there was one.
-    Rejected {
-        code: tonic::Code,
-        field: String,
-        message: String,
-        source: Option<E>,
-    },
-}
-
-/// retryd's status says the request is wrong (None otherwise); its messages
-/// start with the field they are about (`failure.catalog: …`).
-fn rejection<E>(status: &tonic::Status, source: Option<E>) -> Option<Error<E>> {
-    if !matches!(
-        status.code(),
-        tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::PermissionDenied
-    ) {
-        return None;
-    }
-    let message = status.message().to_string();
-    let field = match message.split_once(':') {
-        Some((head, _)) if !head.is_empty() && !head.contains(char::is_whitespace) => head.to_string(),
-        _ => String::new(),
-    };
-    Some(Error::Rejected {
-        code: status.code(),
-        field,
-        message,
-        source,
-    })
-}
-
-impl<E: fmt::Display> fmt::Display for Error<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Refused { decision, source } | Error::Unavailable { decision, source } => {
-                write!(f, "retryd: {} ({}): {source}", decision.verdict, decision.reason)
-            }
-            Error::Held { hold } => write!(
-                f,
-                "retryd: held: {}",
-                hold.as_ref().map(|h| h.reason.as_str()).unwrap_or("")
-            ),
-            Error::DeadlineExceeded { .. } => write!(f, "retryd: the next attempt would pass the deadline"),
-            Error::Dependency(e) => write!(f, "{e}"),
-            Error::Rejected { code, message, .. } => {
-                write!(f, "retryd rejected the request ({code:?}): {message}")
-            }
-        }
-    }
-}
-
-impl<E: fmt::Debug + fmt::Display> std::error::Error for Error<E> {}
-
 /// One step of the loop, for logs and traces.
 #[derive(Clone, Debug)]
 pub struct Event {
-    /// `admit_refused`, `decision`, `wait`, `read_back`, `fallback`, `success`.
+    /// `admit_refused`, `decision`, `wait`, `read_back`, `fallback`,
+    /// `success`; the mirror's `mirror_stale` (its stream is down) and
+    /// `mirror_synced` (a snapshot arrived).
     pub kind: &'static str,
     /// The attempt (1-based).
     pub attempt: u32,
@@ -312,6 +208,8 @@ pub struct Event {
     pub wait: Duration,
     /// Free text (the RPC error of a fallback, the read-back's finding).
     pub detail: String,
+    /// An `admit_refused` (or its `wait`) decided from the holds mirror, no RPC.
+    pub local: bool,
 }
 
 impl Event {
@@ -322,6 +220,7 @@ impl Event {
             decision: None,
             wait: Duration::ZERO,
             detail: String::new(),
+            local: false,
         }
     }
 }
@@ -340,6 +239,8 @@ pub struct ClientBuilder {
     fallback: Fallback,
     hook: Option<Hook>,
     report_interval: Duration,
+    mirror: bool,
+    max_holds: usize,
 }
 
 impl ClientBuilder {
@@ -398,6 +299,19 @@ impl ClientBuilder {
         self.report_interval = d;
         self
     }
+    /// The local holds mirror on (the default) or off. Off, every attempt
+    /// asks `Admit` (an RPC per call).
+    pub fn mirror(mut self, on: bool) -> Self {
+        self.mirror = on;
+        self
+    }
+    /// Bounds the mirror (default [`DEFAULT_MAX_HOLDS`]). Beyond it the hold
+    /// ending soonest is dropped and its dependency uses `Admit` until the
+    /// next snapshot.
+    pub fn max_holds(mut self, n: usize) -> Self {
+        self.max_holds = n.max(1);
+        self
+    }
 
     /// Connects eagerly within the connect timeout; an unreachable retryd is
     /// not an error (calls use the fallback until it answers). Must run in a
@@ -426,8 +340,23 @@ impl ClientBuilder {
             // An address that is no URI: every RPC fails, the fallback decides.
             Err(_) => Endpoint::from_static("http://0.0.0.0:1").connect_lazy(),
         };
+        let stub = RetryDecisionServiceClient::new(channel);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mirror = self.mirror.then(|| {
+            let m = Mirror::start(stub.clone(), self.hook.clone(), self.max_holds, stopped);
+            // The client's own dependency and tenant are declared at once: the
+            // snapshot usually arrives before the first call.
+            m.want(
+                std::slice::from_ref(&self.dependency),
+                std::slice::from_ref(&self.tenant),
+            );
+            m
+        });
         let inner = Arc::new(Inner {
-            stub: RetryDecisionServiceClient::new(channel),
+            stub,
+            mirror,
+            stop,
+            counters: Counters::default(),
             catalog: self.catalog,
             dependency: self.dependency,
             tenant: self.tenant,
@@ -474,8 +403,22 @@ pub fn tls_from_env() -> std::io::Result<Option<ClientTlsConfig>> {
 
 type ScopeKey = (String, String, String, String);
 
+/// What the client sent and decided (kept with the mirror off too).
+#[derive(Default)]
+struct Counters {
+    admit_rpcs: AtomicU64,
+    local_admissions: AtomicU64,
+    local_refusals: AtomicU64,
+    report_rpcs: AtomicU64,
+    reported_requests: AtomicU64,
+}
+
 struct Inner {
     stub: RetryDecisionServiceClient<Channel>,
+    mirror: Option<Arc<Mirror>>,
+    // Dropped with the client (or set by close): the mirror's stream ends.
+    stop: tokio::sync::watch::Sender<bool>,
+    counters: Counters,
     catalog: String,
     dependency: String,
     tenant: String,
@@ -522,6 +465,9 @@ impl Inner {
             return;
         }
         let mut stub = self.stub.clone();
+        let n: u64 = counts.iter().map(|c| c.requests).sum();
+        self.counters.report_rpcs.fetch_add(1, Ordering::Relaxed);
+        self.counters.reported_requests.fetch_add(n, Ordering::Relaxed);
         let req = pb::ReportOutcomesRequest {
             counts,
             ..Default::default()
@@ -571,6 +517,8 @@ impl Client {
             fallback: Fallback::default(),
             hook: None,
             report_interval: Duration::from_secs(1),
+            mirror: true,
+            max_holds: DEFAULT_MAX_HOLDS,
         }
     }
 
@@ -584,9 +532,55 @@ impl Client {
         self.inner.stub.clone()
     }
 
-    /// Sends the outcome counts not yet reported.
+    /// Sends the outcome counts not yet reported and ends the mirror's
+    /// stream (calls after it ask `Admit`).
     pub async fn close(&self) {
+        let _ = self.inner.stop.send(true);
+        if let Some(m) = &self.inner.mirror {
+            m.close();
+        }
         self.inner.flush(Duration::from_secs(1)).await;
+    }
+
+    /// The mirror's state (zero with the mirror off) and the client's counters.
+    pub fn stats(&self) -> MirrorStats {
+        let k = &self.inner.counters;
+        let mut s = MirrorStats {
+            admit_rpcs: k.admit_rpcs.load(Ordering::Relaxed),
+            local_admissions: k.local_admissions.load(Ordering::Relaxed),
+            local_refusals: k.local_refusals.load(Ordering::Relaxed),
+            report_rpcs: k.report_rpcs.load(Ordering::Relaxed),
+            reported_requests: k.reported_requests.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        if let Some(m) = &self.inner.mirror {
+            m.stats(&mut s);
+        }
+        s
+    }
+
+    /// Declares dependencies and tenants the client will call (at startup)
+    /// and waits until the mirror's snapshot covers them (`SYNCED`); wrap it
+    /// in `tokio::time::timeout` to bound the wait (calls use `Admit` until
+    /// the snapshot arrives). An error when the mirror is off or past
+    /// [`MAX_WATCHED`] (those calls use `Admit`).
+    pub async fn watch<D, T>(&self, deps: D, tenants: T) -> Result<(), NotWatched>
+    where
+        D: IntoIterator,
+        D::Item: Into<String>,
+        T: IntoIterator,
+        T::Item: Into<String>,
+    {
+        let Some(m) = &self.inner.mirror else {
+            return Err(NotWatched::MirrorOff);
+        };
+        let deps: Vec<String> = deps.into_iter().map(Into::into).collect();
+        let tenants: Vec<String> = tenants.into_iter().map(Into::into).collect();
+        if !m.want(&deps, &tenants) {
+            return Err(NotWatched::Limit);
+        }
+        m.wait(&deps, &tenants).await;
+        Ok(())
     }
 
     /// Runs `f` under the loop; errors are mapped with [`IntoFailure`].
@@ -613,83 +607,12 @@ impl Client {
         let deadline_wall = deadline.map(|d| SystemTime::now() + d.saturating_duration_since(Instant::now()));
         let past = |wait: Duration| deadline.is_some_and(|d| Instant::now() + wait > d);
         let mut attempt: u32 = 1;
-        inner.count(&call.method, 0);
         loop {
-            // 1. Admit; retryd unreachable does not stop the call (fail open).
-            let mut probe = String::new();
-            loop {
-                if past(Duration::ZERO) {
-                    return Err(Error::DeadlineExceeded { source: None });
-                }
-                let req = pb::AdmitRequest {
-                    catalog: inner.catalog.clone(),
-                    dependency: inner.dependency.clone(),
-                    tenant: inner.tenant.clone(),
-                    method: call.method.clone(),
-                    operation: op,
-                    attempt,
-                };
-                let mut stub = inner.stub.clone();
-                match tokio::time::timeout(inner.rpc_timeout(deadline), stub.admit(req)).await {
-                    Ok(Ok(r)) => {
-                        let r = r.into_inner();
-                        if r.admitted {
-                            probe = r.probe_token;
-                            break;
-                        }
-                        let retry_at = r
-                            .retry_at
-                            .and_then(|t| SystemTime::try_from(t).ok())
-                            .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(1));
-                        let wait =
-                            retry_at.duration_since(SystemTime::now()).unwrap_or_default() + Duration::from_millis(10);
-                        inner.event(Event {
-                            wait,
-                            ..Event::new("admit_refused", attempt)
-                        });
-                        if past(wait) {
-                            return Err(Error::Held {
-                                hold: r.hold.map(Box::new),
-                            });
-                        }
-                        inner.event(Event {
-                            wait,
-                            detail: "hold".into(),
-                            ..Event::new("wait", attempt)
-                        });
-                        (inner.sleeper)(wait).await;
-                    }
-                    Ok(Err(s)) if rejection::<E>(&s, None).is_some() => {
-                        return Err(rejection(&s, None).expect("checked above"));
-                    }
-                    other => {
-                        let detail = match other {
-                            Ok(Err(s)) => format!("Admit failed: {}", s.message()),
-                            _ => "Admit timed out".to_string(),
-                        };
-                        inner.event(Event {
-                            detail,
-                            ..Event::new("fallback", attempt)
-                        });
-                        break;
-                    }
-                }
-            }
-
-            // 2. The call.
+            // 1. Admit (from the mirror when it knows the scope); 2. the call.
+            let probe = inner.admit(&call.method, op, attempt, deadline).await?;
             let err = match f().await {
                 Ok(v) => {
-                    inner.count(&call.method, 1);
-                    if !probe.is_empty() {
-                        let mut stub = inner.stub.clone();
-                        let req = pb::ReportOutcomesRequest {
-                            probe_token: probe,
-                            probe_succeeded: true,
-                            ..Default::default()
-                        };
-                        let _ = tokio::time::timeout(inner.timeout, stub.report_outcomes(req)).await;
-                    }
-                    inner.event(Event::new("success", attempt));
+                    inner.succeeded(&call.method, probe, attempt).await;
                     return Ok(v);
                 }
                 Err(e) => e,
@@ -700,32 +623,9 @@ impl Client {
                 inner.count(&call.method, 2);
                 return Err(Error::Dependency(err));
             };
-            let mut failure = pb::Failure {
-                catalog: if fl.catalog.is_empty() {
-                    inner.catalog.clone()
-                } else {
-                    fl.catalog
-                },
-                code: fl.code,
-                operation: op,
-                method: call.method.clone(),
-                attempt,
-                retry_after: fl.retry_after,
-                retry_after_ms: fl.retry_after_ms,
-                deadline: deadline_wall.map(prost_types::Timestamp::from),
-                idempotency_key: call.idempotency_key.clone(),
-                idempotency_key_enforced: call.idempotency_key_enforced,
-                request_id: fl.request_id,
-                tenant: inner.tenant.clone(),
-                dependency: inner.dependency.clone(),
-                quota_resets_at: fl.quota_resets_at.map(prost_types::Timestamp::from),
-                probe_token: probe,
-                upstream: fl.no_retry.then(|| pb::RetryContract {
-                    retryable: false,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
+            let mut failure = inner.failure(fl, &call.method, op, attempt, probe, deadline_wall);
+            failure.idempotency_key = call.idempotency_key.clone();
+            failure.idempotency_key_enforced = call.idempotency_key_enforced;
 
             // 4. Classify and act; a read-back's answer goes in a second Classify.
             let mut read_back_value: Option<T> = None;
@@ -755,35 +655,13 @@ impl Client {
                                 detail: format!("Classify failed: {why}"),
                                 ..Event::new("fallback", attempt)
                             });
-                            let kind = if failure.operation == pb::OperationKind::Read as i32 {
-                                "read"
-                            } else {
-                                "write"
-                            };
-                            let decision = Decision {
-                                verdict: "DO_NOT_RETRY".into(),
-                                reason: format!(
-                                    "retryd unavailable ({why}); the conservative fallback does not retry this {kind}"
-                                ),
-                                rule: format!("client_fallback/{kind}"),
-                                required_transition: String::new(),
-                                terminal_state: String::new(),
-                                after_ms: 0,
-                                max_after_ms: 0,
-                                hold: None,
-                                raw: None,
-                            };
+                            let decision = fallback_decision(&why, failure.operation == pb::OperationKind::Read as i32);
                             return Err(Error::Unavailable {
                                 decision: Box::new(decision),
                                 source: err,
                             });
                         }
-                        let top = inner
-                            .fallback
-                            .base
-                            .saturating_mul(1 << (attempt - 1).min(20))
-                            .min(inner.fallback.cap);
-                        let w = Duration::from_nanos(rand::rng().random_range(0..=top.as_nanos() as u64));
+                        let w = inner.fallback_wait(attempt);
                         inner.event(Event {
                             wait: w,
                             detail: format!("Classify failed: {why}"),
@@ -792,13 +670,16 @@ impl Client {
                         break w;
                     }
                 };
+                if let Some(m) = &inner.mirror {
+                    m.learn(resp.hold.as_ref());
+                }
                 let d = Decision::from(resp);
                 inner.event(Event {
                     decision: Some(d.clone()),
                     ..Event::new("decision", attempt)
                 });
-                match d.verdict.as_str() {
-                    "ALREADY_APPLIED" => {
+                match d.verdict {
+                    Verdict::AlreadyApplied => {
                         if let Some(v) = read_back_value {
                             return Ok(v);
                         }
@@ -807,7 +688,7 @@ impl Client {
                             source: err,
                         });
                     }
-                    "STATE_VERIFICATION_REQUIRED" if failure.read_back == 0 && call.read_back.is_some() => {
+                    Verdict::StateVerificationRequired if failure.read_back == 0 && call.read_back.is_some() => {
                         let rb = call.read_back.as_mut().map(|f| f());
                         let found = match rb {
                             Some(fut) => fut.await,
@@ -827,7 +708,7 @@ impl Client {
                         });
                         continue;
                     }
-                    "RETRY_WITH_LIMIT" => {
+                    Verdict::RetryWithLimit => {
                         let hi = d.max_after_ms.max(d.after_ms);
                         let ms = rand::rng().random_range(d.after_ms..=hi);
                         break Duration::from_millis(ms);

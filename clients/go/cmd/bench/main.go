@@ -1,15 +1,16 @@
 // Command bench measures what the Go library adds to a call against calling
-// retryd's RPCs by hand, on one connection, sequentially:
+// the function bare, sequentially, per call (median and p99 over -n calls):
 //
-//   - success: retryd.Do (Admit, the call, the success counted for the
-//     batched ReportOutcomes) vs Admit by hand, then the call;
+//   - bare: a no-op function called directly;
 //
-//   - retried once: retryd.Do over a call that fails once with
-//     QUEUE_OVERFLOW (a read, no Retry-After: no hold) then succeeds, vs
-//     Admit, call, Classify, Admit, call by hand. The wait is not slept
-//     (a no-op sleeper in both), so only the overhead is measured.
+//   - mirror: retryd.Do over it, the holds mirror synced and no hold in
+//     force (the success path: local admission, the success counted for
+//     the batched ReportOutcomes; no RPC — the Admit RPCs sent are printed);
 //
-//     go run ./cmd/bench -addr 127.0.0.1:50051 -n 5000
+//   - admit: the same with the mirror off (WithMirror(false)): an Admit RPC
+//     per call, what every call cost before the mirror.
+//
+//     go run ./cmd/bench -addr 127.0.0.1:50051 -n 20000
 package main
 
 import (
@@ -23,7 +24,6 @@ import (
 	"time"
 
 	retryd "github.com/retryd/retryd/clients/go"
-	pb "github.com/retryd/retryd/clients/go/retrydv1"
 )
 
 func pct(d []time.Duration, p float64) time.Duration {
@@ -32,84 +32,73 @@ func pct(d []time.Duration, p float64) time.Duration {
 	return s[int(float64(len(s)-1)*p)]
 }
 
-func measure(n int, f func(i int)) []time.Duration {
+func measure(n int, f func()) []time.Duration {
 	for i := 0; i < n/10; i++ { // warm-up
-		f(i)
+		f()
 	}
 	out := make([]time.Duration, n)
-	for i := 0; i < n; i++ {
+	for i := range out {
 		t := time.Now()
-		f(i)
+		f()
 		out[i] = time.Since(t)
 	}
 	return out
 }
 
-func main() {
-	addr := flag.String("addr", "127.0.0.1:50051", "retryd address")
-	n := flag.Int("n", 5000, "calls per case")
-	flag.Parse()
-	ctx := context.Background()
-	c, err := retryd.New(*addr, retryd.WithCatalog("vibecode"), retryd.WithDependency("bench-portal"), retryd.WithTenant("bench"),
-		retryd.WithTimeout(time.Second), retryd.WithSleeper(func(context.Context, time.Duration) error { return nil }),
+//go:noinline
+func noop(context.Context) (int, error) { return 1, nil }
+
+func client(addr string, mirror bool) *retryd.Client {
+	c, err := retryd.New(addr, retryd.WithCatalog("vibecode"), retryd.WithDependency("bench-portal"), retryd.WithTenant("bench"),
+		retryd.WithTimeout(time.Second), retryd.WithMirror(mirror),
 		retryd.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	defer c.Close()
-	stub := c.Stub()
-	admit := &pb.AdmitRequest{Catalog: "vibecode", Dependency: "bench-portal", Tenant: "bench", Method: "crm.deal.get",
-		Operation: pb.OperationKind_OPERATION_KIND_READ, Attempt: 1}
-	admit2 := &pb.AdmitRequest{Catalog: "vibecode", Dependency: "bench-portal", Tenant: "bench", Method: "crm.deal.get",
-		Operation: pb.OperationKind_OPERATION_KIND_READ, Attempt: 2}
-	ok := func(context.Context) (int, error) { return 1, nil }
+	return c
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:50051", "retryd address")
+	n := flag.Int("n", 20000, "calls per case (>= 10000 for the figures in the note)")
+	flag.Parse()
+	ctx := context.Background()
 	call := retryd.Call[int]{Operation: retryd.Read, Method: "crm.deal.get"}
 
-	handSuccess := measure(*n, func(int) {
-		if _, err := stub.Admit(ctx, admit); err != nil {
-			panic(err)
-		}
-		_, _ = ok(ctx)
-	})
-	libSuccess := measure(*n, func(int) {
-		if _, err := retryd.Do(ctx, c, ok, call); err != nil {
-			panic(err)
-		}
-	})
-	failOnce := func() func(context.Context) (int, error) {
-		k := 0
-		return func(context.Context) (int, error) {
-			k++
-			if k == 1 {
-				return 0, &retryd.DependencyError{Code: "QUEUE_OVERFLOW"}
-			}
-			return 1, nil
-		}
+	bare := measure(*n, func() { _, _ = noop(ctx) })
+
+	c := client(*addr, true)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := c.Watch(wctx, []string{"bench-portal"}, []string{"bench"}); err != nil {
+		fmt.Fprintln(os.Stderr, "mirror not synced:", err)
+		os.Exit(1)
 	}
-	handRetried := measure(*n, func(int) {
-		f := failOnce()
-		_, _ = stub.Admit(ctx, admit)
-		if _, err := f(ctx); err != nil {
-			r, err := stub.Classify(ctx, &pb.ClassifyRequest{Failure: &pb.Failure{Catalog: "vibecode", Code: "QUEUE_OVERFLOW",
-				Operation: pb.OperationKind_OPERATION_KIND_READ, Method: "crm.deal.get", Attempt: 1, Tenant: "bench", Dependency: "bench-portal"}})
-			if err != nil || r.Decision.Verdict != pb.Verdict_VERDICT_RETRY_WITH_LIMIT {
-				panic(fmt.Sprint(err, r))
-			}
-			_, _ = stub.Admit(ctx, admit2)
-			_, _ = f(ctx)
-		}
-	})
-	libRetried := measure(*n, func(int) {
-		if _, err := retryd.Do(ctx, c, failOnce(), call); err != nil {
+	cancel()
+	before := c.Stats()
+	lib := measure(*n, func() {
+		if _, err := retryd.Do(ctx, c, noop, call); err != nil {
 			panic(err)
 		}
 	})
-	row := func(name string, hand, lib []time.Duration) {
-		fmt.Printf("%-14s by hand p50 %8v p99 %8v | library p50 %8v p99 %8v | added p50 %8v\n", name,
-			pct(hand, .5), pct(hand, .99), pct(lib, .5), pct(lib, .99), pct(lib, .5)-pct(hand, .5))
+	after := c.Stats()
+	_ = c.Close()
+
+	off := client(*addr, false)
+	admit := measure(*n/4, func() {
+		if _, err := retryd.Do(ctx, off, noop, call); err != nil {
+			panic(err)
+		}
+	})
+	_ = off.Close()
+
+	fmt.Printf("%d sequential calls per case (admit: %d) against %s\n", *n, *n/4, *addr)
+	row := func(name string, d []time.Duration) {
+		fmt.Printf("%-28s p50 %9v  p99 %9v  added p50 %9v\n", name, pct(d, .5), pct(d, .99), pct(d, .5)-pct(bare, .5))
 	}
-	fmt.Printf("%d sequential calls per case against %s\n", *n, *addr)
-	row("success", handSuccess, libSuccess)
-	row("retried once", handRetried, libRetried)
+	row("bare function", bare)
+	row("retryd.Do, mirror synced", lib)
+	row("retryd.Do, mirror off", admit)
+	fmt.Printf("mirror case: %d Admit RPCs, %d local admissions (of %d calls with warm-up)\n",
+		after.AdmitRPCs-before.AdmitRPCs, after.LocalAdmissions-before.LocalAdmissions, *n+*n/10)
 }

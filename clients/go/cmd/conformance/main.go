@@ -66,7 +66,11 @@ type scenario struct {
 		PlaceQuotaStop *struct {
 			ResetsInMs int64 `json:"resets_in_ms"`
 		} `json:"place_quota_stop"`
-		ReleaseHolds *struct{} `json:"release_holds"`
+		ReleaseHolds    *struct{} `json:"release_holds"`
+		MirrorSync      *struct{} `json:"mirror_sync"`
+		WaitMirrorHolds *struct {
+			Min int `json:"min"`
+		} `json:"wait_mirror_holds"`
 	} `json:"setup"`
 	Call struct {
 		Catalog                string `json:"catalog"`
@@ -77,6 +81,7 @@ type scenario struct {
 		ReadBack               string `json:"read_back"`
 		DeadlineMs             *int64 `json:"deadline_ms"`
 		CancelAfterMs          *int64 `json:"cancel_after_ms"`
+		Repeat                 int    `json:"repeat"`
 	} `json:"call"`
 	Dependency struct {
 		DedupeByKey bool      `json:"dedupe_by_key"`
@@ -188,7 +193,7 @@ func toFailure(err error) *retryd.Failure {
 	return retryd.DefaultMapper(err)
 }
 
-func setup(stub pb.RetryDecisionServiceClient, sc *scenario, tenant, dep string) error {
+func setup(c *retryd.Client, stub pb.RetryDecisionServiceClient, sc *scenario, tenant, dep string) error {
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -201,6 +206,30 @@ func setup(stub pb.RetryDecisionServiceClient, sc *scenario, tenant, dep string)
 			if err != nil || r.Decision.Hold == nil {
 				return fmt.Errorf("setup placed no hold: %v", err)
 			}
+			// The stop stands for one placed elsewhere in the fleet: it reaches
+			// the mirror by its watch event, within milliseconds (a call in that
+			// window is admitted; bench/mirror.sh measures it). The scenarios
+			// written before the mirror call at once: wait for it here.
+			for until := time.Now().Add(3 * time.Second); c.Stats().Holds == 0 && time.Now().Before(until); {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		if s.MirrorSync != nil {
+			wctx, wcancel := context.WithTimeout(context.Background(), 3*time.Second)
+			err := c.Watch(wctx, []string{dep}, []string{tenant})
+			wcancel()
+			if err != nil {
+				return fmt.Errorf("setup mirror_sync: %w", err)
+			}
+		}
+		if w := s.WaitMirrorHolds; w != nil {
+			until := time.Now().Add(3 * time.Second)
+			for c.Stats().Holds < w.Min {
+				if time.Now().After(until) {
+					return fmt.Errorf("setup wait_mirror_holds: %d < %d after 3 s", c.Stats().Holds, w.Min)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
 		if s.ReleaseHolds != nil {
 			l, err := stub.ListHolds(ctx, &pb.ListHoldsRequest{Tenant: tenant, Dependency: dep})
@@ -212,6 +241,10 @@ func setup(stub pb.RetryDecisionServiceClient, sc *scenario, tenant, dep string)
 					return err
 				}
 			}
+			// The lift reaches the mirror by its watch event: wait for it (as for a placement).
+			for until := time.Now().Add(3 * time.Second); c.Stats().Holds > 0 && time.Now().Before(until); {
+				time.Sleep(2 * time.Millisecond)
+			}
 		}
 	}
 	return nil
@@ -220,9 +253,6 @@ func setup(stub pb.RetryDecisionServiceClient, sc *scenario, tenant, dep string)
 func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario) []string {
 	run := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
 	tenant, depName := "t-"+sc.Name+"-go-"+run, "d-"+sc.Name+"-go-"+run
-	if err := setup(stub, sc, tenant, depName); err != nil {
-		return []string{err.Error()}
-	}
 	dep := &dependency{sc: sc, keys: map[string]bool{}}
 	var mu sync.Mutex
 	var waits []time.Duration
@@ -259,6 +289,10 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 	if err != nil {
 		return []string{err.Error()}
 	}
+	if err := setup(c, stub, sc, tenant, depName); err != nil {
+		_ = c.Close()
+		return []string{err.Error()}
+	}
 	call := retryd.Call[string]{Method: sc.Call.Method, IdempotencyKey: sc.Call.IdempotencyKey,
 		IdempotencyKeyEnforced: sc.Call.IdempotencyKeyEnforced, ToFailure: toFailure}
 	switch sc.Call.Operation {
@@ -279,10 +313,17 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 	if sc.Call.CancelAfterMs != nil {
 		time.AfterFunc(time.Duration(*sc.Call.CancelAfterMs)*time.Millisecond, cancel)
 	}
+	before := c.Stats()
 	t0 := time.Now()
-	result, err := retryd.Do(ctx, c, dep.run, call)
+	var result string
+	for i := 0; i < max(sc.Call.Repeat, 1); i++ {
+		result, err = retryd.Do(ctx, c, dep.run, call)
+	}
 	elapsed := time.Since(t0)
-	_ = c.Close()
+	_ = c.Close() // flushes the outcome counts
+	after := c.Stats()
+	st := stats{admits: after.AdmitRPCs - before.AdmitRPCs, localRefusals: after.LocalRefusals - before.LocalRefusals,
+		reports: after.ReportRPCs - before.ReportRPCs, reported: after.ReportedRequests - before.ReportedRequests}
 
 	out := map[string]string{}
 	var re *retryd.RefusedError
@@ -302,7 +343,7 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 			out["error"] = "fallback"
 		default:
 			out["error"] = "retry_refused"
-			out["verdict"] = re.Decision.Verdict
+			out["verdict"] = strings.ToUpper(re.Decision.Verdict.String()) // the scenarios spell verdicts as the proto does
 			out["terminal_state"] = re.Decision.TerminalState
 		}
 	case errors.Is(err, context.Canceled):
@@ -316,11 +357,14 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 	for _, w := range waits {
 		total += w
 	}
-	return check(sc, dep, waits, total, refusals, result, out, elapsed, c.Fallbacks())
+	return check(sc, dep, waits, total, refusals, result, out, elapsed, c.Fallbacks(), st)
 }
 
+// stats: what the client sent during the call phase (and the final flush).
+type stats struct{ admits, localRefusals, reports, reported uint64 }
+
 func check(sc *scenario, dep *dependency, waits []time.Duration, total time.Duration, refusals int, result string,
-	out map[string]string, elapsed time.Duration, fallbacks uint64) []string {
+	out map[string]string, elapsed time.Duration, fallbacks uint64, st stats) []string {
 	var bad []string
 	e := sc.Expect
 	num := func(k string) (float64, bool) {
@@ -392,6 +436,21 @@ func check(sc *scenario, dep *dependency, waits []time.Duration, total time.Dura
 	}
 	if n, ok := num("fallbacks_min"); ok {
 		want(float64(fallbacks) >= n, "fallbacks %d < %v", fallbacks, n)
+	}
+	if n, ok := num("admit_rpcs_max"); ok {
+		want(float64(st.admits) <= n, "Admit RPCs %d > %v", st.admits, n)
+	}
+	if n, ok := num("admit_rpcs_min"); ok {
+		want(float64(st.admits) >= n, "Admit RPCs %d < %v", st.admits, n)
+	}
+	if n, ok := num("local_refusals_min"); ok {
+		want(float64(st.localRefusals) >= n, "local refusals %d < %v", st.localRefusals, n)
+	}
+	if n, ok := num("report_rpcs_max"); ok {
+		want(float64(st.reports) <= n, "ReportOutcomes RPCs %d > %v", st.reports, n)
+	}
+	if n, ok := num("reported_requests"); ok {
+		want(float64(st.reported) == n, "reported first attempts %d != %v", st.reported, n)
 	}
 	errs := strs("error_any")
 	if s, ok := str("error"); ok {
@@ -468,6 +527,8 @@ func main() {
 	_ = os.WriteFile(tok, []byte(token+"\n"), 0o600)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
 	srv := exec.Command(bin, "serve", "--listen", addr, "--metrics-listen", "off", "--operator-token-file", tok, "--log-level", "warn")
+	// The suite's own catalog (a circuit with a 600 ms probe), on top of the embedded ones.
+	srv.Env = append(os.Environ(), "RETRYD_POLICY="+filepath.Join(filepath.Dir(dir), "policies"))
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
 		panic(err)

@@ -1,0 +1,90 @@
+//! A real `retryd serve` on a free loopback port for the integration tests
+//! (RETRYD_BIN, else the retryd the same `cargo test` built beside the test).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A running retryd; killed when dropped.
+pub struct Retryd {
+    pub addr: String,
+    _child: tokio::process::Child,
+    dir: PathBuf,
+}
+
+impl Drop for Retryd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The binary, or None (the test is skipped with a message) unless
+/// RETRYD_CONFORMANCE_REQUIRED=1 (CI sets it).
+pub fn binary() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // target/<profile>/deps/<test>-… → target/<profile>/retryd, built by the same `cargo test`.
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|p| Some(p.parent()?.parent()?.join("retryd")));
+    let bin = std::env::var_os("RETRYD_BIN")
+        .map(PathBuf::from)
+        .or(beside)
+        .unwrap_or_else(|| root.join("target/debug/retryd"));
+    if bin.exists() {
+        return Some(bin);
+    }
+    assert!(
+        std::env::var_os("RETRYD_CONFORMANCE_REQUIRED").is_none(),
+        "no retryd binary at {}",
+        bin.display()
+    );
+    eprintln!("skipped: no retryd at {}; set RETRYD_BIN", bin.display());
+    None
+}
+
+/// Starts retryd with an operator token file holding `token`, and the
+/// catalogs of `policy` (RETRYD_POLICY) on top of the embedded ones.
+pub async fn start(bin: &Path, name: &str, token: &str, policy: Option<&Path>) -> Retryd {
+    let dir = std::env::temp_dir().join(format!("retryd-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tok = dir.join("operator.token");
+    std::fs::write(&tok, format!("{token}\n")).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd = tokio::process::Command::new(bin);
+    if let Some(p) = policy {
+        cmd.env("RETRYD_POLICY", p);
+    }
+    let child = cmd
+        .args([
+            "serve",
+            "--listen",
+            &addr,
+            "--metrics-listen",
+            "off",
+            "--log-level",
+            "warn",
+        ])
+        .arg("--operator-token-file")
+        .arg(&tok)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            return Retryd {
+                addr,
+                _child: child,
+                dir,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("retryd did not listen on {addr}");
+}
