@@ -4,7 +4,7 @@
 
 use prost::Message as _;
 
-use super::convert::{hold_event_to_proto, shown_to_proto, timestamp_from_millis};
+use super::convert::{hold_event_to_proto, shown_into_proto, timestamp_from_millis};
 use super::pb;
 use crate::doors::watch_bytes::{self, QueuedBytes};
 use crate::service::watch::{Charge, WatchEvent, WatchWire};
@@ -23,7 +23,7 @@ impl WatchWire for GrpcWire {
     fn encode(&self, e: WatchEvent) -> (pb::WatchHoldsResponse, usize) {
         let message = pb::WatchHoldsResponse {
             kind: hold_event_to_proto(e.kind) as i32,
-            hold: e.hold.as_ref().map(shown_to_proto),
+            hold: e.hold.map(shown_into_proto),
             server_time: Some(timestamp_from_millis(e.server_time)),
         };
         let n = if self.bytes.is_some() {
