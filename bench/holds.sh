@@ -123,8 +123,8 @@ part1() {
     --source "$(sources 2 5)" -z 15s >"$WORK/w1.json" &
   local tool=$!
   # The server's view at 5 s and at 13 s (after --stall-timeout, 10 s).
-  sleep 5; curl -s "127.0.0.1:$mport/metrics" | grep -E '^retryd_(watch_streams|answers_stalled_total) ' >"$WORK/m5" || true
-  sleep 8; curl -s "127.0.0.1:$mport/metrics" | grep -E '^retryd_(watch_streams|answers_stalled_total) ' >"$WORK/m13" || true
+  sleep 5; curl -s "127.0.0.1:$mport/metrics" | grep -E '^retryd_(watch_streams|answers_stalled_total|buffered_bytes|buffered_bytes_peak|watch_queued_bytes) ' >"$WORK/m5" || true
+  sleep 8; curl -s "127.0.0.1:$mport/metrics" | grep -E '^retryd_(watch_streams|answers_stalled_total|buffered_bytes|buffered_bytes_peak|watch_queued_bytes) ' >"$WORK/m13" || true
   wait "$tool"
   stop_sample
   during="$(peak "$WORK/rss1")"

@@ -8,10 +8,25 @@
 //! ticket gives everything back. Each connection (its peer address) may hold
 //! only a share of the server-wide limits, so one connection cannot starve
 //! the others.
+//!
+//! A watch stream's queued events (encoded, not yet taken by its
+//! connection) are charged the same way, to a ticket of their own
+//! ([`Ledger::queue_ticket`]), and all streams' queued events together may
+//! hold at most half of `--max-buffered-bytes` ([`Refusal::QueuedBytes`]):
+//! streams whose clients do not read cannot shed the unary calls.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Gauge of call slots held.
+pub const CALLS_HELD: &str = "retryd_calls_held";
+/// Gauge of request and answer bytes held (`--max-buffered-bytes`).
+pub const BYTES_HELD: &str = "retryd_buffered_bytes";
+/// Gauge of the most bytes held at once since the start.
+pub const BYTES_PEAK: &str = "retryd_buffered_bytes_peak";
+/// Gauge of the bytes watch streams' queued events hold (part of `retryd_buffered_bytes`).
+pub const QUEUED_BYTES: &str = "retryd_watch_queued_bytes";
 
 /// The limits; 0 means no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -38,21 +53,34 @@ pub enum Refusal {
     Bytes(usize),
     /// `--max-buffered-bytes-per-connection`.
     BytesPerConnection(usize),
+    /// Half of `--max-buffered-bytes`: what watch streams' queued events
+    /// may hold in all.
+    QueuedBytes(usize),
 }
 
 impl Refusal {
+    /// The limit that refused, in its unit.
+    pub fn limit(self) -> usize {
+        match self {
+            Refusal::Calls(n)
+            | Refusal::CallsPerConnection(n)
+            | Refusal::Bytes(n)
+            | Refusal::BytesPerConnection(n)
+            | Refusal::QueuedBytes(n) => n,
+        }
+    }
+
     /// How long the refused caller is advised to wait (jittered).
     pub fn advice(self) -> std::time::Duration {
         super::overload::jittered(match self {
-            Refusal::Calls(_) | Refusal::Bytes(_) => super::overload::SERVER_SHED_DELAY,
+            Refusal::Calls(_) | Refusal::Bytes(_) | Refusal::QueuedBytes(_) => super::overload::SERVER_SHED_DELAY,
             Refusal::CallsPerConnection(_) | Refusal::BytesPerConnection(_) => super::overload::CONNECTION_SHED_DELAY,
         })
     }
 
-    /// The RESOURCE_EXHAUSTED status that answers the call, advising to
-    /// retry after `delay` (see [`Self::advice`]).
-    pub fn status(self, delay: std::time::Duration) -> tonic::Status {
-        let why = match self {
+    /// What is full, naming its flag.
+    pub fn describe(self) -> String {
+        match self {
             Refusal::Calls(n) => format!("server overloaded: {n} calls in flight (--max-concurrent-calls)"),
             Refusal::CallsPerConnection(n) => {
                 format!("this connection has {n} calls in flight (--max-calls-per-connection)")
@@ -61,7 +89,16 @@ impl Refusal {
             Refusal::BytesPerConnection(n) => {
                 format!("this connection holds {n} bytes of calls (--max-buffered-bytes-per-connection)")
             }
-        };
+            Refusal::QueuedBytes(n) => {
+                format!("watch streams hold {n} bytes of unsent events (half of --max-buffered-bytes)")
+            }
+        }
+    }
+
+    /// The RESOURCE_EXHAUSTED status that answers the call, advising to
+    /// retry after `delay` (see [`Self::advice`]).
+    pub fn status(self, delay: std::time::Duration) -> tonic::Status {
+        let why = self.describe();
         super::overload::advise(
             tonic::Status::resource_exhausted(format!("{why}; retry after {} ms", delay.as_millis())),
             delay,
@@ -79,6 +116,10 @@ struct Share {
 struct State {
     calls: usize,
     bytes: usize,
+    /// Of `bytes`, what watch streams' queued events hold.
+    queued: usize,
+    /// Most `bytes` held at once since the start.
+    peak: usize,
     /// Seeded per process (foldhash), so peers cannot aim for collisions.
     connections: HashMap<SocketAddr, Share, foldhash::fast::RandomState>,
 }
@@ -105,10 +146,40 @@ impl Ledger {
         Ticket {
             ledger: Arc::clone(self),
             peer,
+            queue: false,
             call: false,
             connection_call: false,
             bytes: 0,
         }
+    }
+
+    /// A ticket for a watch stream's queued events on the connection from
+    /// `peer`: its bytes also count against the streams' half of the
+    /// server-wide bytes.
+    pub fn queue_ticket(self: &Arc<Self>, peer: Option<SocketAddr>) -> Ticket {
+        let mut ticket = self.ticket(peer);
+        ticket.queue = true;
+        ticket
+    }
+
+    /// Bytes held now by watch streams' queued events, and the most bytes
+    /// held at once since the start.
+    pub fn queued_and_peak(&self) -> (usize, usize) {
+        let s = self.lock();
+        (s.queued, s.peak)
+    }
+
+    /// Sets the ledger's gauges (called periodically: a gauge set on every
+    /// charge would cost each call a registry look-up).
+    pub fn publish(&self) {
+        let (calls, bytes, queued, peak) = {
+            let s = self.lock();
+            (s.calls, s.bytes, s.queued, s.peak)
+        };
+        metrics::gauge!(CALLS_HELD).set(calls as f64);
+        metrics::gauge!(BYTES_HELD).set(bytes as f64);
+        metrics::gauge!(BYTES_PEAK).set(peak as f64);
+        metrics::gauge!(QUEUED_BYTES).set(queued as f64);
     }
 
     /// Calls and bytes held now, all connections.
@@ -133,6 +204,8 @@ fn over(limit: usize, now: usize, more: usize) -> bool {
 pub struct Ticket {
     ledger: Arc<Ledger>,
     peer: Option<SocketAddr>,
+    /// A watch stream's queued events (see [`Ledger::queue_ticket`]).
+    queue: bool,
     call: bool,
     connection_call: bool,
     bytes: usize,
@@ -146,6 +219,9 @@ impl Ticket {
         if over(limits.bytes, s.bytes, n) {
             return Err(Refusal::Bytes(limits.bytes));
         }
+        if self.queue && over(limits.bytes / 2, s.queued, n) {
+            return Err(Refusal::QueuedBytes(limits.bytes / 2));
+        }
         if let Some(peer) = self.peer {
             let share = s.connections.entry(peer).or_default();
             if over(limits.bytes_per_connection, share.bytes, n) {
@@ -154,8 +230,18 @@ impl Ticket {
             share.bytes += n;
         }
         s.bytes += n;
+        s.peak = s.peak.max(s.bytes);
+        if self.queue {
+            s.queued += n;
+        }
         self.bytes += n;
         Ok(())
+    }
+
+    /// Gives back `n` of the bytes held.
+    pub fn release(&mut self, n: usize) {
+        let left = self.bytes.saturating_sub(n);
+        self.set_bytes(left);
     }
 
     /// Sets the bytes held to `n` (an answer already in memory: charged even
@@ -163,6 +249,10 @@ impl Ticket {
     pub fn set_bytes(&mut self, n: usize) {
         let mut s = self.ledger.lock();
         s.bytes = s.bytes.saturating_sub(self.bytes) + n;
+        s.peak = s.peak.max(s.bytes);
+        if self.queue {
+            s.queued = s.queued.saturating_sub(self.bytes) + n;
+        }
         if let Some(peer) = self.peer {
             let share = s.connections.entry(peer).or_default();
             share.bytes = share.bytes.saturating_sub(self.bytes) + n;
@@ -236,6 +326,9 @@ impl Drop for Ticket {
         }
         let mut s = self.ledger.lock();
         s.bytes = s.bytes.saturating_sub(self.bytes);
+        if self.queue {
+            s.queued = s.queued.saturating_sub(self.bytes);
+        }
         if self.call {
             s.calls = s.calls.saturating_sub(1);
         }
@@ -317,6 +410,30 @@ mod tests {
         assert_eq!(ledger.held(), (1, 0));
         drop((a2, a3));
         assert_eq!(ledger.held(), (0, 0));
+        assert!(ledger.lock().connections.is_empty());
+    }
+
+    #[test]
+    fn queued_events_hold_at_most_half_and_leave_the_rest_to_calls() {
+        let ledger = Ledger::new(limits());
+        let mut q1 = ledger.queue_ticket(peer(1));
+        let mut q2 = ledger.queue_ticket(peer(2));
+        q1.charge(30).unwrap();
+        q2.charge(20).unwrap();
+        assert_eq!(q2.charge(1), Err(Refusal::QueuedBytes(50)));
+        let mut call = ledger.ticket(peer(3));
+        call.charge(50).unwrap();
+        assert_eq!(ledger.held(), (0, 100));
+        assert_eq!(ledger.queued_and_peak(), (50, 100));
+        q1.release(25);
+        assert_eq!(q1.bytes(), 5);
+        assert_eq!(ledger.queued_and_peak(), (25, 100));
+        drop(call);
+        q2.charge(20).unwrap();
+        assert_eq!(ledger.queued_and_peak(), (45, 100));
+        drop((q1, q2));
+        assert_eq!(ledger.held(), (0, 0));
+        assert_eq!(ledger.queued_and_peak(), (0, 100));
         assert!(ledger.lock().connections.is_empty());
     }
 

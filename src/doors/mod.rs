@@ -18,6 +18,7 @@ pub mod overload;
 pub mod peers;
 pub mod render;
 pub mod traces;
+pub mod watch_bytes;
 
 use crate::service::ErrorKind;
 

@@ -409,6 +409,42 @@ pub fn shown_to_proto(s: &Shown) -> pb::Hold {
     hold_to_proto(&s.hold, &s.tenant)
 }
 
+/// [`shown_to_proto`] taking the hold, whose strings are moved rather than
+/// copied: a watch's events are converted once each, from holds already
+/// copied out of the mirror for them (the copies were a tenth of the server's
+/// CPU with 2 000 streams watching every hold).
+pub fn shown_into_proto(s: Shown) -> pb::Hold {
+    let now = UnixMillis::now();
+    let Shown { hold: h, tenant } = s;
+    let (scope, kind) = (
+        hold_scope_to_proto(h.key.scope) as i32,
+        hold_kind_to_proto(h.kind) as i32,
+    );
+    let (until, probing) = (h.shown_until(now), h.probing(now));
+    let next_probe_at = h.next_probe_at(now).map(timestamp_from_millis);
+    let method = if h.key.scope == HoldScope::Method {
+        h.key.subject
+    } else {
+        String::new()
+    };
+    pb::Hold {
+        id: h.id,
+        catalog: h.key.catalog,
+        dependency: h.key.dependency,
+        tenant,
+        method,
+        scope,
+        kind,
+        since: Some(timestamp_from_millis(h.since)),
+        until: Some(timestamp_from_millis(until)),
+        code: h.code,
+        rule: h.rule,
+        reason: h.reason,
+        probing,
+        next_probe_at,
+    }
+}
+
 /// Wire number → [`HoldKind`] (unknown numbers: `None`).
 pub fn hold_kind_from_proto(n: i32) -> Option<HoldKind> {
     match pb::HoldKind::try_from(n) {
@@ -535,6 +571,35 @@ pub fn violation_rpc_status(v: &Violation) -> tonic_types::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hold_moved_into_the_wire_equals_the_hold_copied() {
+        let now = UnixMillis::now();
+        for (scope, subject) in [(HoldScope::Method, "charge"), (HoldScope::Tenant, "acme")] {
+            let shown = Shown {
+                hold: Hold {
+                    id: "0123456789abcdef".into(),
+                    key: crate::core::hold::HoldKey {
+                        scope,
+                        catalog: "frontspin".into(),
+                        dependency: "portal".into(),
+                        subject: subject.into(),
+                    },
+                    kind: HoldKind::QuotaStop,
+                    since: now,
+                    until: now.plus_ms(3_600_000),
+                    probe_every_ms: 0,
+                    probe_window_ms: 30_000,
+                    rank: Default::default(),
+                    code: "RATE_LIMITED".into(),
+                    rule: "r".into(),
+                    reason: "quota".into(),
+                },
+                tenant: "t-hash".into(),
+            };
+            assert_eq!(shown_into_proto(shown.clone()), shown_to_proto(&shown), "{scope:?}");
+        }
+    }
 
     #[test]
     fn unknown_enum_numbers_map_to_not_given() {

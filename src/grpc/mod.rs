@@ -12,6 +12,7 @@ pub mod catalogs;
 pub mod convert;
 pub mod service;
 pub mod trace;
+pub mod watch;
 pub mod wire;
 
 pub use service::RetryDecisionApi;

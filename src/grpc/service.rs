@@ -13,9 +13,8 @@ use tonic::{Request, Response, Status};
 
 use super::catalogs::list_catalogs;
 use super::convert::{
-    decision_into_proto, decision_to_proto, failure_from_proto, failure_notes, hold_event_to_proto, hold_into_proto,
-    hold_to_proto, judged_to_proto, shown_to_proto, status_of, timestamp_from_millis, violation_rpc_status,
-    violation_status,
+    decision_into_proto, decision_to_proto, failure_from_proto, failure_notes, hold_into_proto, hold_to_proto,
+    judged_to_proto, shown_to_proto, status_of, timestamp_from_millis, violation_rpc_status, violation_status,
 };
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
@@ -23,6 +22,7 @@ use super::trace::{trace_admit, trace_batch, trace_decision};
 use super::wire::{pool, unary_pool};
 use crate::core::UnixMillis;
 use crate::doors::peers::Operators;
+use crate::doors::watch_bytes::StreamAccount;
 use crate::fleet::Fleet;
 use crate::service::classify::BLOCKING_BATCH;
 use crate::service::holds::{AdmitAsk, HoldFilter, OutcomeCount};
@@ -352,6 +352,8 @@ impl RetryDecisionService for RetryDecisionApi {
         let caller = self
             .operators
             .caller_of(request.metadata().as_ref(), request.extensions());
+        // Put there by the admission layer: where the queued events are charged.
+        let account = request.extensions().get::<StreamAccount>().cloned();
         let req = request.into_inner();
         let mut dependencies = req.dependencies;
         if !req.dependency.is_empty() {
@@ -363,17 +365,16 @@ impl RetryDecisionService for RetryDecisionApi {
             tenant: req.tenant,
             tenants: req.tenants,
         };
-        let events = self.service.watch_holds(filter, operator, &caller).map_err(status_of)?;
+        let wire = super::watch::GrpcWire {
+            bytes: account.as_ref().map(StreamAccount::open),
+        };
+        let events = self
+            .service
+            .watch_holds(filter, operator, &caller, Arc::new(wire))
+            .map_err(status_of)?;
         // The server resets the stream when it stalls (its end may never be taken).
         let alarm = events.stall_alarm();
-        let stream = events.map(|e| {
-            e.map(|e| pb::WatchHoldsResponse {
-                kind: hold_event_to_proto(e.kind) as i32,
-                hold: e.hold.as_ref().map(shown_to_proto),
-                server_time: Some(timestamp_from_millis(e.server_time)),
-            })
-            .map_err(status_of)
-        });
+        let stream = events.map(|e| e.map_err(status_of));
         let mut response = Response::new(Box::pin(stream) as Self::WatchHoldsStream);
         response.extensions_mut().insert(alarm);
         Ok(response)

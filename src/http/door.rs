@@ -33,6 +33,7 @@ use crate::doors::answer::{Answer, Stalls};
 use crate::doors::ledger::{Ledger, Refusal, Ticket};
 use crate::doors::overload::SHED_TOTAL;
 use crate::doors::peers::{Operators, remote_addr};
+use crate::doors::watch_bytes::StreamAccount;
 use crate::service::Service;
 
 /// Counter of HTTP requests, by route template and HTTP status.
@@ -203,9 +204,10 @@ impl Inner {
         };
         if route == super::fleet_routes::WATCH_ROUTE && response.status().is_success() {
             // An event stream lasts as long as its client wants: like a gRPC
-            // stream it holds no call slot, and what it has not sent is a
-            // few events (the watch's own bound), freed if it stalls.
+            // stream it holds no call slot and no bytes of its own (its
+            // queued events are charged by the stream).
             ticket.release_call();
+            ticket.set_bytes(0);
             let (parts, body) = response.into_parts();
             let rest = tonic::body::Body::new(body);
             return Response::from_parts(
@@ -255,7 +257,7 @@ impl Inner {
         req: Request<Body>,
         ticket: &mut Ticket,
     ) -> Result<Response<Body>, ApiError> {
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         check_origin(&parts.method, &parts.uri, &parts.headers, &self.config.cors_origins)?;
         let body = if parts.method == Method::POST {
             check_json(&parts.headers)?;
@@ -285,6 +287,13 @@ impl Inner {
             .query()
             .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
             .unwrap_or_default();
+        if route == super::fleet_routes::WATCH_ROUTE {
+            // Where the stream's queued events are charged, as for gRPC.
+            let peer = remote_addr(&parts.extensions);
+            parts
+                .extensions
+                .insert(StreamAccount::new(Arc::clone(&self.ledger), peer));
+        }
         let call = Call {
             headers: &parts.headers,
             extensions: &parts.extensions,

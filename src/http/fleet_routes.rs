@@ -11,8 +11,9 @@ use super::input;
 use super::json_response;
 use super::routes::{Call, Door};
 use crate::doors::json::{BudgetJson, HoldJson};
+use crate::doors::watch_bytes::{self, QueuedBytes, StreamAccount};
 use crate::service::Caller;
-use crate::service::watch::{WatchEvent, WatchFilter};
+use crate::service::watch::{Charge, WatchEvent, WatchFilter, WatchWire};
 
 /// The route of the holds' event stream (it holds no call slot: see the door).
 pub const WATCH_ROUTE: &str = "/v1/holds:watch";
@@ -106,12 +107,17 @@ pub fn watch_holds(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::
     };
     let operator = door.operators.allows_parts(call.headers, call.extensions);
     let caller = door.operators.caller_of(call.headers, call.extensions);
+    let wire = SseWire {
+        bytes: call.extensions.get::<StreamAccount>().map(StreamAccount::open),
+    };
     let events = door
         .service
-        .watch_holds(filter, operator, &caller)
+        .watch_holds(filter, operator, &caller, std::sync::Arc::new(wire))
         .map_err(|e| ApiError::from_error(&e))?;
+    // The server resets the stream when it stalls (its end may never be taken).
+    let alarm = events.stall_alarm();
     let events = events.map(|e| match e {
-        Ok(ev) => sse_event(&ev),
+        Ok(event) => event,
         Err(err) => {
             let status = ApiError::from_error(&err).body();
             bytes::Bytes::from(format!("event: error\ndata: {status}\n\n"))
@@ -134,8 +140,34 @@ pub fn watch_holds(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::
         .status(StatusCode::OK)
         .header(http::header::CONTENT_TYPE, "text/event-stream")
         .header(http::header::CACHE_CONTROL, "no-cache")
+        .extension(alarm)
         .body(axum::body::Body::from_stream(body))
         .map_err(|_| ApiError::new(tonic::Code::Internal, "internal error"))
+}
+
+/// The event-stream form of a watch's events, charged at their length while
+/// queued (when the door put the ledger in the call's extensions).
+#[derive(Debug)]
+struct SseWire {
+    bytes: Option<QueuedBytes>,
+}
+
+impl WatchWire for SseWire {
+    type Item = bytes::Bytes;
+
+    fn encode(&self, event: WatchEvent) -> (bytes::Bytes, usize) {
+        let text = sse_event(&event);
+        let n = text.len();
+        (text, n)
+    }
+
+    fn charge(&self, n: usize) -> Charge {
+        watch_bytes::charge(self.bytes.as_ref(), n)
+    }
+
+    fn release(&self, n: usize) {
+        watch_bytes::release(self.bytes.as_ref(), n);
+    }
 }
 
 /// One event: its kind as the event name, and the event as JSON data.

@@ -21,9 +21,11 @@
 //!    and bytes are held until the connection has taken the whole answer
 //!    ([`Answer`]), or the answer is dropped as stalled (`--stall-timeout`).
 //!
-//! A server-streaming answer (one request, then messages for as long as the
-//! client wants) gives its slot back once its first messages are taken, and
-//! is not dropped for waiting on its next message.
+//! A server-streaming answer (WatchHolds: one request, then messages for as
+//! long as the client wants) gives its slot back at once and holds no bytes
+//! of its own: the stream charges each queued event to the ledger itself
+//! (the call finds the ledger in its extensions). It is not dropped for
+//! waiting on its next message.
 //!
 //! Health checks and reflection are not admitted here: an overloaded server
 //! is busy, not unhealthy, and must not be restarted for it.
@@ -46,9 +48,12 @@ use tower::{Layer, Service};
 use crate::doors::answer::{Answer, Stalls};
 use crate::doors::ledger::{Ledger, Ticket};
 use crate::doors::overload::SHED_TOTAL;
+use crate::doors::watch_bytes::StreamAccount;
 
 /// Paths admitted here.
 const SERVICE_PREFIX: &str = "/retryd.v1.RetryDecisionService/";
+/// The streaming path: its queued events are charged by the stream itself.
+const WATCH_HOLDS: &str = "/retryd.v1.RetryDecisionService/WatchHolds";
 /// The path whose answers grow with the request.
 const CLASSIFY_BATCH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";
 
@@ -166,8 +171,9 @@ where
     S::Error: Send + 'static,
 {
     let config = admission.config;
-    let mut ticket = admission.ledger.ticket(peer(&req));
-    let (parts, body) = req.into_parts();
+    let peer = peer(&req);
+    let mut ticket = admission.ledger.ticket(peer);
+    let (mut parts, body) = req.into_parts();
     let read = tokio::time::timeout(
         config.first_message_timeout,
         read_request(body, &mut ticket, config.max_message_bytes),
@@ -197,6 +203,12 @@ where
         metrics::counter!(SHED_TOTAL).increment(1);
         return Ok(answer(refusal.status(refusal.advice())));
     }
+    let watch = parts.uri.path() == WATCH_HOLDS;
+    if watch {
+        parts
+            .extensions
+            .insert(StreamAccount::new(Arc::clone(&admission.ledger), peer));
+    }
     let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(request)));
     let call = inner.call(req);
     let (response, mut ticket) = if estimate > SPAWN_ABOVE {
@@ -213,6 +225,9 @@ where
         (call.await, ticket)
     };
     let response = response?;
+    if watch {
+        return Ok(watch_answer(response, ticket, &admission.stalls));
+    }
     let (parts, mut body) = response.into_parts();
     let (frames, size, done) = take_ready(&mut body).await;
     if done && frames.is_empty() {
@@ -228,6 +243,21 @@ where
     let rest = (!done).then_some(body);
     let answer = Answer::new(frames, rest, ticket, &admission.stalls);
     Ok(http::Response::from_parts(parts, Body::new(answer)))
+}
+
+/// A WatchHolds answer: its events are charged to the ledger by the stream
+/// while queued (see `crate::doors::watch_bytes`), and taken from it only
+/// as the connection asks for them, so the answer holds no slot and no
+/// bytes of its own. A refused watch (a trailers-only status) is passed on.
+fn watch_answer(response: http::Response<Body>, mut ticket: Ticket, stalls: &Stalls) -> http::Response<Body> {
+    if response.headers().contains_key("grpc-status") {
+        return response;
+    }
+    ticket.release_call();
+    ticket.set_bytes(0);
+    let (parts, body) = response.into_parts();
+    let answer = Answer::new(VecDeque::new(), Some(body), ticket, stalls);
+    http::Response::from_parts(parts, Body::new(answer))
 }
 
 /// Reads the whole request body, charging its bytes to `ticket`. Stops at

@@ -398,6 +398,7 @@ impl BoundServer {
             )
         });
         let _stall_sweeper = AbortOnDrop(tokio::spawn(stalls.clone().sweep(config.stall_timeout)));
+        let _ledger_gauges = AbortOnDrop(tokio::spawn(publish_ledger(Arc::clone(&ledger))));
         let admission = AdmissionLayer::new(
             ledger,
             stalls,
@@ -552,5 +553,16 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// Sets the ledger's gauges every 250 ms (its peak is kept by the ledger
+/// itself, so a sample missed between two publications is not lost).
+async fn publish_ledger(ledger: Arc<Ledger>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        ledger.publish();
     }
 }

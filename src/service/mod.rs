@@ -30,6 +30,7 @@ pub mod record;
 pub mod reports;
 pub mod stall;
 pub mod watch;
+pub mod watch_out;
 
 #[cfg(test)]
 mod budget_tests;

@@ -7,20 +7,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-
 use super::Service;
 use super::error::{Error, ErrorKind, check_len};
 use super::holds::{Shown, shown};
-use super::stall::StallAlarm;
+pub use super::watch_out::{Charge, Plain, STALLED_TOTAL, WatchEvent, WatchEvents, WatchWire};
+use super::watch_out::{Out, channel};
 use crate::core::hold::{Hold, HoldScope};
 use crate::core::{UnixMillis, limits};
 use crate::fleet::{Fleet, HoldEventKind};
 
-/// Counter of answers and watch streams ended because their client took
-/// nothing of them for `--stall-timeout` (shared with the doors' answers).
-pub const STALLED_TOTAL: &str = "retryd_answers_stalled_total";
 /// Gauge of WatchHolds streams open.
 pub const WATCH_STREAMS: &str = "retryd_watch_streams";
 /// Counter of WatchHolds refused at a stream limit, labelled `limit` (`caller`, `server`).
@@ -32,9 +27,6 @@ pub const MAX_WATCH_DEPENDENCIES: usize = 256;
 pub const MAX_WATCH_TENANTS: usize = 256;
 /// Holds read from the mirror per snapshot page.
 const SNAPSHOT_PAGE: usize = 64;
-/// Events queued per stream beyond what its connection took: a stream
-/// holds at most this many (each at most a hold's 8 KiB bound).
-const QUEUED_EVENTS: usize = 16;
 
 /// How watches are bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,128 +186,34 @@ impl WatchFilter {
     }
 }
 
-/// A change to a watched hold.
-#[derive(Debug, Clone)]
-pub struct WatchEvent {
-    /// Placed (or in force at the start), extended, lifted, probing, or synced.
-    pub kind: HoldEventKind,
-    /// The hold after the change (`None` for `Synced`).
-    pub hold: Option<Shown>,
-    /// The server's clock when the event was sent.
-    pub server_time: UnixMillis,
-}
-
-/// The stream of a watch: events, then an error when it ends abnormally.
-/// It holds its caller's place until the door drops it — a stalled stream
-/// whose connection never takes its last message still counts against the
-/// caller's cap, so stalling cannot open more than the cap.
-#[derive(Debug)]
-pub struct WatchEvents {
-    events: ReceiverStream<Result<WatchEvent, Error>>,
-    _seat: Seat,
-    alarm: StallAlarm,
-}
-
-impl WatchEvents {
-    /// Raised when the stream is ended for stalling: the transport must then
-    /// end it too, as its last message may never be taken.
-    pub fn stall_alarm(&self) -> StallAlarm {
-        self.alarm.clone()
-    }
-}
-
-impl tokio_stream::Stream for WatchEvents {
-    type Item = Result<WatchEvent, Error>;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        std::pin::Pin::new(&mut self.events).poll_next(cx)
-    }
-}
-
-/// The sending end of one stream.
-struct Out {
-    tx: mpsc::Sender<Result<WatchEvent, Error>>,
-    stall: Duration,
-    alarm: StallAlarm,
-}
-
-impl Out {
-    /// Queues `kind` of `hold`; false when the stream is over (its client
-    /// went away, or took nothing for the stall timeout: then it is ended
-    /// with RESOURCE_EXHAUSTED).
-    async fn send(&self, kind: HoldEventKind, hold: Option<Shown>) -> bool {
-        // Two places, of which one is used: the last place is kept for the
-        // error that ends a stalled stream. Room now needs no timer (most
-        // sends of a snapshot); else wait for it up to the stall timeout.
-        let reserved = match self.tx.try_reserve_many(2) {
-            Ok(permits) => Ok(Ok(permits)),
-            Err(mpsc::error::TrySendError::Closed(())) => return false,
-            Err(mpsc::error::TrySendError::Full(())) => tokio::time::timeout(self.stall, self.tx.reserve_many(2)).await,
-        };
-        match reserved {
-            Ok(Ok(mut permits)) => {
-                if let Some(p) = permits.next() {
-                    p.send(Ok(WatchEvent {
-                        kind,
-                        hold,
-                        server_time: UnixMillis::now(),
-                    }));
-                }
-                true
-            }
-            Ok(Err(_)) => false,
-            Err(_) => {
-                metrics::counter!(STALLED_TOTAL).increment(1);
-                tracing::debug!(stall = ?self.stall, "watch stream ended: its client took nothing (--stall-timeout)");
-                let _ = self.tx.try_send(Err(Error::new(
-                    ErrorKind::ResourceExhausted,
-                    format!(
-                        "the watch's client took nothing for {:?} (--stall-timeout); watch again",
-                        self.stall
-                    ),
-                )));
-                self.alarm.raise();
-                false
-            }
-        }
-    }
-
-    async fn fail(&self, e: Error) {
-        let _ = tokio::time::timeout(self.stall, self.tx.send(Err(e))).await;
-    }
-}
-
 impl Service {
     /// WatchHolds: the holds in force, then `synced`, then every change,
     /// until the server drains (UNAVAILABLE), the watcher goes away, falls
     /// too far behind or stalls (RESOURCE_EXHAUSTED).
-    pub fn watch_holds(&self, filter: WatchFilter, operator: bool, caller: &str) -> Result<WatchEvents, Error> {
+    pub fn watch_holds<W: WatchWire>(
+        &self,
+        filter: WatchFilter,
+        operator: bool,
+        caller: &str,
+        wire: Arc<W>,
+    ) -> Result<WatchEvents<W>, Error> {
         let fleet = Arc::clone(self.fleet()?);
         filter.check()?;
         let limits = self.config.watch;
         let seat = self.watchers.enter(caller, limits)?;
         let mut draining = self.draining.clone();
-        let (tx, rx) = mpsc::channel(QUEUED_EVENTS + 1);
-        let alarm = StallAlarm::default();
-        let out = Out {
-            tx,
-            stall: limits.stall_timeout.max(Duration::from_millis(1)),
-            alarm: alarm.clone(),
-        };
+        let (out, events) = channel(wire, Box::new(seat), limits.stall_timeout);
         tokio::spawn(async move {
             // A replica just started under a shared store first reads the
             // fleet's holds in: its snapshot and `synced` wait for that.
             let mut loaded = fleet.mirror().loaded();
             tokio::select! {
                 ready = async { loaded.wait_for(|l| *l).await.is_ok() } => if !ready { return },
-                () = out.tx.closed() => return,
+                () = out.closed() => return,
                 drained = async { draining.wait_for(|d| *d).await.is_ok() } => {
                     // Gone without a drain signal: end quietly, as `follow` does.
                     if drained {
-                        out.fail(shutting_down()).await;
+                        out.fail(shutting_down());
                     }
                     return;
                 }
@@ -326,18 +224,14 @@ impl Service {
                 follow(&fleet, &filter, operator, &out, events, draining).await;
             }
         });
-        Ok(WatchEvents {
-            events: ReceiverStream::new(rx),
-            _seat: seat,
-            alarm,
-        })
+        Ok(events)
     }
 }
 
 /// Sends the holds in force, page by page in id order (dependency by
 /// dependency when the watch names some: each through its index), then
 /// `synced`.
-async fn snapshot(fleet: &Fleet, filter: &WatchFilter, operator: bool, out: &Out) -> bool {
+async fn snapshot<W: WatchWire>(fleet: &Fleet, filter: &WatchFilter, operator: bool, out: &Out<W>) -> bool {
     if filter.dependencies.is_empty() {
         return pages(fleet, None, filter, operator, out).await && out.send(HoldEventKind::Synced, None).await;
     }
@@ -353,7 +247,13 @@ async fn snapshot(fleet: &Fleet, filter: &WatchFilter, operator: bool, out: &Out
 }
 
 /// Sends the matching holds in force of `dependency` (or of all), page by page.
-async fn pages(fleet: &Fleet, dependency: Option<&str>, filter: &WatchFilter, operator: bool, out: &Out) -> bool {
+async fn pages<W: WatchWire>(
+    fleet: &Fleet,
+    dependency: Option<&str>,
+    filter: &WatchFilter,
+    operator: bool,
+    out: &Out<W>,
+) -> bool {
     let mut after = String::new();
     loop {
         let now = UnixMillis::now();
@@ -388,23 +288,23 @@ fn shutting_down() -> Error {
 }
 
 /// Sends every change until the stream ends.
-async fn follow(
+async fn follow<W: WatchWire>(
     fleet: &Fleet,
     filter: &WatchFilter,
     operator: bool,
-    out: &Out,
+    out: &Out<W>,
     mut events: tokio::sync::broadcast::Receiver<crate::fleet::HoldEvent>,
     mut draining: tokio::sync::watch::Receiver<bool>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         if *draining.borrow_and_update() {
-            out.fail(shutting_down()).await;
+            out.fail(shutting_down());
             return;
         }
         tokio::select! {
             // The watcher went away: give its place back now, not at the next event.
-            () = out.tx.closed() => return,
+            () = out.closed() => return,
             changed = draining.changed() => {
                 if changed.is_err() {
                     // The server is gone without a drain signal: end quietly.
@@ -422,8 +322,7 @@ async fn follow(
                     out.fail(Error::new(
                         ErrorKind::ResourceExhausted,
                         format!("watch fell {missed} events behind; watch again"),
-                    ))
-                    .await;
+                    ));
                     return;
                 }
                 Err(RecvError::Closed) => return,
@@ -484,7 +383,9 @@ mod tests {
     async fn a_replica_still_loading_its_stores_holds_sends_no_snapshot_until_loaded() {
         let (s, fleet, _drain) = service(5, Duration::from_secs(10));
         fleet.mirror().expect_load();
-        let mut events = s.watch_holds(WatchFilter::default(), true, "c").expect("watch");
+        let mut events = s
+            .watch_holds(WatchFilter::default(), true, "c", Arc::new(Plain))
+            .expect("watch");
         assert!(
             tokio::time::timeout(Duration::from_millis(200), events.next())
                 .await
@@ -506,7 +407,9 @@ mod tests {
     #[tokio::test]
     async fn a_snapshot_is_every_hold_once_in_id_order_then_synced() {
         let (s, _fleet, _drain) = service(300, Duration::from_secs(10));
-        let mut events = s.watch_holds(WatchFilter::default(), true, "c").expect("watch");
+        let mut events = s
+            .watch_holds(WatchFilter::default(), true, "c", Arc::new(Plain))
+            .expect("watch");
         let mut ids = Vec::new();
         loop {
             let ev = events.next().await.expect("open").expect("event");
@@ -525,17 +428,21 @@ mod tests {
     #[tokio::test]
     async fn streams_are_capped_per_caller_and_in_all_and_places_come_back() {
         let (s, _fleet, _drain) = service(0, Duration::from_secs(10));
-        let a1 = s.watch_holds(WatchFilter::default(), false, "a").expect("1st");
-        let _a2 = s.watch_holds(WatchFilter::default(), false, "a").expect("2nd");
+        let a1 = s
+            .watch_holds(WatchFilter::default(), false, "a", Arc::new(Plain))
+            .expect("1st");
+        let _a2 = s
+            .watch_holds(WatchFilter::default(), false, "a", Arc::new(Plain))
+            .expect("2nd");
         let err = s
-            .watch_holds(WatchFilter::default(), false, "a")
+            .watch_holds(WatchFilter::default(), false, "a", Arc::new(Plain))
             .expect_err("3rd of one caller");
         assert_eq!(err.kind, ErrorKind::ResourceExhausted);
         let _b1 = s
-            .watch_holds(WatchFilter::default(), false, "b")
+            .watch_holds(WatchFilter::default(), false, "b", Arc::new(Plain))
             .expect("another caller");
         let err = s
-            .watch_holds(WatchFilter::default(), false, "c")
+            .watch_holds(WatchFilter::default(), false, "c", Arc::new(Plain))
             .expect_err("server-wide cap");
         assert!(err.to_string().contains("--max-watch-streams"), "{err}");
         drop(a1);
@@ -550,14 +457,16 @@ mod tests {
             2,
             "a closed stream gives its place back without waiting for an event"
         );
-        s.watch_holds(WatchFilter::default(), false, "a")
+        s.watch_holds(WatchFilter::default(), false, "a", Arc::new(Plain))
             .expect("a's place came back");
     }
 
     #[tokio::test]
     async fn a_stream_nobody_reads_is_ended_and_holds_only_a_few_events() {
         let (s, _fleet, _drain) = service(2_000, Duration::from_millis(200));
-        let mut events = s.watch_holds(WatchFilter::default(), false, "slow").expect("watch");
+        let mut events = s
+            .watch_holds(WatchFilter::default(), false, "slow", Arc::new(Plain))
+            .expect("watch");
         // Never read for longer than the stall timeout: the producer stops at
         // a few queued events, never a copy of the 2 000 holds.
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -574,12 +483,109 @@ mod tests {
                 Err(e) => last = Some(e),
             }
         }
-        assert!(got <= QUEUED_EVENTS, "{got} events were queued");
+        assert!(
+            got <= super::super::watch_out::QUEUED_EVENTS,
+            "{got} events were queued"
+        );
         let e = last.expect("ended with an error");
         assert_eq!(e.kind, ErrorKind::ResourceExhausted);
         assert!(e.to_string().contains("--stall-timeout"), "{e}");
         drop(events);
         assert_eq!(s.watchers.open(), 0, "the place comes back with the stream");
+    }
+
+    /// Events of `SIZE` bytes charged to a shared budget of `room` bytes,
+    /// as the doors' ledger would.
+    #[derive(Debug)]
+    struct Budget {
+        room: usize,
+        held: std::sync::Mutex<usize>,
+        peak: std::sync::Mutex<usize>,
+    }
+
+    const SIZE: usize = 100;
+
+    impl WatchWire for Budget {
+        type Item = WatchEvent;
+
+        fn encode(&self, event: WatchEvent) -> (WatchEvent, usize) {
+            (event, SIZE)
+        }
+
+        fn charge(&self, n: usize) -> Charge {
+            let mut held = self.held.lock().unwrap();
+            if *held + n > self.room {
+                return Charge::Full;
+            }
+            *held += n;
+            let mut peak = self.peak.lock().unwrap();
+            *peak = (*peak).max(*held);
+            Charge::Charged
+        }
+
+        fn release(&self, n: usize) {
+            *self.held.lock().unwrap() -= n;
+        }
+    }
+
+    #[tokio::test]
+    async fn queued_events_wait_for_bytes_and_a_stalled_stream_gives_them_back() {
+        let (s, _fleet, _drain) = service(200, Duration::from_millis(300));
+        let budget = Arc::new(Budget {
+            room: 10 * SIZE,
+            held: std::sync::Mutex::new(0),
+            peak: std::sync::Mutex::new(0),
+        });
+        let stalled = s
+            .watch_holds(WatchFilter::default(), false, "slow", Arc::clone(&budget))
+            .expect("watch");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            *budget.held.lock().unwrap(),
+            10 * SIZE,
+            "the never-read stream holds the budget"
+        );
+        // A reader opened now waits for bytes (its client took all it was
+        // given: it is not stalled) and is served once the stalled stream ends.
+        let mut reader = s
+            .watch_holds(WatchFilter::default(), false, "reader", Arc::clone(&budget))
+            .expect("watch");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), reader.next())
+                .await
+                .is_err(),
+            "nothing for the reader while the stalled stream holds the bytes"
+        );
+        let mut placed = 0;
+        loop {
+            let ev = tokio::time::timeout(Duration::from_secs(5), reader.next())
+                .await
+                .expect("the reader is served")
+                .expect("open")
+                .expect("an event, not an end");
+            if ev.kind == HoldEventKind::Synced {
+                break;
+            }
+            placed += 1;
+        }
+        assert_eq!(placed, 200, "every hold, none dropped while waiting for bytes");
+        // The stalled stream was ended: what it had queued was dropped (its
+        // client must watch again) and its bytes given back at once.
+        let mut stalled = stalled;
+        let first = stalled
+            .next()
+            .await
+            .expect("an end")
+            .expect_err("no event: they were dropped");
+        assert_eq!(first.kind, ErrorKind::ResourceExhausted);
+        assert!(first.to_string().contains("--stall-timeout"), "{first}");
+        assert!(stalled.next().await.is_none());
+        drop(stalled);
+        assert!(*budget.peak.lock().unwrap() <= 10 * SIZE);
+        drop(reader);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(*budget.held.lock().unwrap(), 0, "every byte given back");
     }
 
     #[tokio::test]
@@ -604,7 +610,7 @@ mod tests {
             tenants: vec!["tenant-1".to_owned(), "tenant-9".to_owned()],
             ..WatchFilter::default()
         };
-        let mut events = s.watch_holds(filter, false, "c").expect("watch");
+        let mut events = s.watch_holds(filter, false, "c", Arc::new(Plain)).expect("watch");
         let mut seen = Vec::new();
         loop {
             let ev = events.next().await.expect("open").expect("event");
@@ -628,13 +634,13 @@ mod tests {
             tenants: vec!["tenant-2".to_owned()],
             ..WatchFilter::default()
         };
-        let err = s.watch_holds(both, false, "c").expect_err("both");
+        let err = s.watch_holds(both, false, "c", Arc::new(Plain)).expect_err("both");
         assert!(err.to_string().contains("tenants"), "{err}");
         let many = WatchFilter {
             tenants: vec!["t".to_owned(); MAX_WATCH_TENANTS + 1],
             ..WatchFilter::default()
         };
-        let err = s.watch_holds(many, false, "c").expect_err("too many");
+        let err = s.watch_holds(many, false, "c", Arc::new(Plain)).expect_err("too many");
         assert!(err.to_string().contains("tenants"), "{err}");
     }
 
@@ -645,13 +651,13 @@ mod tests {
             dependencies: vec!["d".to_owned(); MAX_WATCH_DEPENDENCIES + 1],
             ..WatchFilter::default()
         };
-        let err = s.watch_holds(many, false, "a").expect_err("too many");
+        let err = s.watch_holds(many, false, "a", Arc::new(Plain)).expect_err("too many");
         assert!(err.to_string().contains("dependencies"), "{err}");
         let long = WatchFilter {
             dependencies: vec!["x".repeat(10_000)],
             ..WatchFilter::default()
         };
-        let err = s.watch_holds(long, false, "a").expect_err("too long");
+        let err = s.watch_holds(long, false, "a", Arc::new(Plain)).expect_err("too long");
         assert!(err.to_string().contains("dependencies[0]"), "{err}");
         assert_eq!(s.watchers.open(), 0, "a refused watch takes no place");
     }

@@ -211,6 +211,25 @@ fn describe() {
         crate::doors::answer::STALLED_TOTAL,
         "Answers dropped because their client read nothing of them for --stall-timeout."
     );
+    {
+        use crate::doors::ledger::{BYTES_HELD, BYTES_PEAK, CALLS_HELD, QUEUED_BYTES};
+        metrics::describe_gauge!(CALLS_HELD, "Call slots held now (--max-concurrent-calls).");
+        metrics::describe_gauge!(
+            BYTES_HELD,
+            metrics::Unit::Bytes,
+            "Request, answer and queued watch-event bytes held now (--max-buffered-bytes)."
+        );
+        metrics::describe_gauge!(
+            BYTES_PEAK,
+            metrics::Unit::Bytes,
+            "Most request, answer and queued watch-event bytes held at once since the start."
+        );
+        metrics::describe_gauge!(
+            QUEUED_BYTES,
+            metrics::Unit::Bytes,
+            "Bytes of watch events queued and not yet taken by their connection (at most half of --max-buffered-bytes)."
+        );
+    }
     metrics::describe_histogram!(BATCH_ITEMS, metrics::Unit::Count, "Failures per ClassifyBatch call.");
     metrics::describe_counter!(
         RELOAD_TOTAL,
