@@ -78,28 +78,39 @@ pub fn line_of_key_in(root: &DeTable<'_>, lines: &Lines, path: &str) -> Option<u
 /// where a syntax error is), e.g. `codes[2].read`.
 pub fn key_on_line(root: &DeTable<'_>, lines: &Lines, line: usize) -> Option<String> {
     let mut found = None;
-    visit(root, "", lines, line, &mut found);
+    visit(root, &String::new, lines, line, &mut found);
     found.map(|(_, path)| path)
 }
 
-fn visit(table: &DeTable<'_>, parent: &str, lines: &Lines, line: usize, found: &mut Option<(usize, String)>) {
+/// Walks every key; a key's path is only written out when it is on `line`
+/// (writing each key's path was most of a many-error compile).
+fn visit(
+    table: &DeTable<'_>,
+    parent: &dyn Fn() -> String,
+    lines: &Lines,
+    line: usize,
+    found: &mut Option<(usize, String)>,
+) {
     for (key, value) in table.iter() {
         let name = key.get_ref().as_ref();
-        let path = if parent.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{parent}.{name}")
+        let path = || {
+            let parent = parent();
+            if parent.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{parent}.{name}")
+            }
         };
         let start = key.span().start;
         if lines.line(start) == line && found.as_ref().is_none_or(|(s, _)| start >= *s) {
-            *found = Some((start, path.clone()));
+            *found = Some((start, path()));
         }
         match value.get_ref() {
             DeValue::Table(t) => visit(t, &path, lines, line, found),
             DeValue::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     if let DeValue::Table(t) = item.get_ref() {
-                        visit(t, &format!("{path}[{i}]"), lines, line, found);
+                        visit(t, &|| format!("{}[{i}]", path()), lines, line, found);
                     }
                 }
             }
