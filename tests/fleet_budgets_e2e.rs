@@ -272,7 +272,7 @@ async fn redis_down_budgets_degrade_without_a_failed_call() {
         &a,
         4,
         pb::ClassifyRequest {
-            failure: Some(retry("vibecode", "BITRIX_TIMEOUT", "portal-down", "")),
+            failure: Some(Box::new(retry("vibecode", "BITRIX_TIMEOUT", "portal-down", ""))),
             locale: String::new(),
         },
     )

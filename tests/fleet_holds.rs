@@ -120,7 +120,7 @@ async fn the_holds_cli_lists_and_releases_as_the_rpc_does() {
     f.dependency = "fs-cli".into();
     let d = c
         .classify(pb::ClassifyRequest {
-            failure: Some(f),
+            failure: Some(Box::new(f)),
             locale: String::new(),
         })
         .await

@@ -111,11 +111,11 @@ async fn redis_down_fails_no_call_and_a_restart_resyncs_the_replicas() {
         &a,
         8,
         pb::ClassifyRequest {
-            failure: Some(pb::Failure {
+            failure: Some(Box::new(pb::Failure {
                 dependency: "portal-load".into(),
                 retry_after: "2".into(),
                 ..failure("vibecode", "QUEUE_OVERFLOW", pb::OperationKind::Read)
-            }),
+            })),
             locale: String::new(),
         },
     )
@@ -131,7 +131,7 @@ async fn redis_down_fails_no_call_and_a_restart_resyncs_the_replicas() {
     q.retry_after = "60".into();
     let d = ca
         .classify(pb::ClassifyRequest {
-            failure: Some(q),
+            failure: Some(Box::new(q)),
             locale: String::new(),
         })
         .await

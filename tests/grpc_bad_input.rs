@@ -55,12 +55,12 @@ fn read_429(retry_after: &str) -> pb::Failure {
 
 async fn classify(client: &mut Client, what: &str, f: pb::Failure) -> Result<pb::Decision, Status> {
     let req = pb::ClassifyRequest {
-        failure: Some(f),
+        failure: Some(Box::new(f)),
         locale: String::new(),
     };
     within(what, client.classify(req))
         .await
-        .map(|r| r.into_inner().decision.expect("an OK Classify carries a decision"))
+        .map(|r| *r.into_inner().decision.expect("an OK Classify carries a decision"))
 }
 
 /// A decision, or a panic naming the case.
@@ -454,7 +454,7 @@ async fn string_fields_at_their_limit_and_one_byte_over() {
         let answer = within(
             &what,
             client.classify(pb::ClassifyRequest {
-                failure: Some(read_503()),
+                failure: Some(Box::new(read_503())),
                 locale: "x".repeat(len),
             }),
         )
@@ -535,7 +535,11 @@ async fn nul_bytes_inside_strings_are_plain_characters() {
 /// Bodies that are not a valid `ClassifyRequest`.
 fn not_protobuf() -> Vec<(&'static str, Vec<u8>)> {
     let valid = pb::ClassifyRequest {
-        failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+        failure: Some(Box::new(failure(
+            "vibecode",
+            "BITRIX_TIMEOUT",
+            pb::OperationKind::Write,
+        ))),
         locale: "en".into(),
     }
     .encode_to_vec();
@@ -605,7 +609,7 @@ async fn bytes_that_are_not_protobuf_fail_the_call_not_the_server() {
     }
     // Valid bytes with an unknown field are answered (unknown fields are skipped).
     let mut body = pb::ClassifyRequest {
-        failure: Some(read_503()),
+        failure: Some(Box::new(read_503())),
         locale: String::new(),
     }
     .encode_to_vec();

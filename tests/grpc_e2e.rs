@@ -13,7 +13,7 @@ use tonic_types::{RpcStatusExt as _, StatusExt as _};
 
 fn classify(f: pb::Failure) -> pb::ClassifyRequest {
     pb::ClassifyRequest {
-        failure: Some(f),
+        failure: Some(Box::new(f)),
         locale: String::new(),
     }
 }
@@ -81,7 +81,7 @@ async fn classify_reads_locale_and_tolerates_unknown_enum_numbers() {
     assert_eq!(en.catalog, "vibecode", "empty catalog means the default");
     let ru = client
         .classify(pb::ClassifyRequest {
-            failure: Some(f),
+            failure: Some(Box::new(f)),
             locale: "ru-RU".into(),
         })
         .await

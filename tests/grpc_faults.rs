@@ -39,7 +39,7 @@ fn classify_request(i: usize) -> pb::ClassifyRequest {
         "SOMETHING_ELSE",
     ];
     pb::ClassifyRequest {
-        failure: Some(pb::Failure {
+        failure: Some(Box::new(pb::Failure {
             code: codes[i % codes.len()].into(),
             operation: if i.is_multiple_of(2) {
                 pb::OperationKind::Write as i32
@@ -48,14 +48,14 @@ fn classify_request(i: usize) -> pb::ClassifyRequest {
             },
             attempt: 1 + (i % 3) as u32,
             ..Default::default()
-        }),
+        })),
         ..Default::default()
     }
 }
 
 fn batch(n: usize) -> pb::ClassifyBatchRequest {
     pb::ClassifyBatchRequest {
-        failures: (0..n).filter_map(|i| classify_request(i).failure).collect(),
+        failures: (0..n).filter_map(|i| classify_request(i).failure.map(|f| *f)).collect(),
         locale: String::new(),
     }
 }

@@ -33,12 +33,12 @@ const CLASSIFY_BATCH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";
 
 fn classify() -> pb::ClassifyRequest {
     pb::ClassifyRequest {
-        failure: Some(pb::Failure {
+        failure: Some(Box::new(pb::Failure {
             code: "QUEUE_OVERFLOW".into(),
             operation: pb::OperationKind::Write as i32,
             attempt: 1,
             ..Default::default()
-        }),
+        })),
         locale: "ru".into(),
     }
 }

@@ -80,19 +80,19 @@ fn replace_file(path: &Path, text: &str) {
 
 fn classify_mine() -> pb::ClassifyRequest {
     pb::ClassifyRequest {
-        failure: Some(pb::Failure {
+        failure: Some(Box::new(pb::Failure {
             catalog: "mine".into(),
             code: "A".into(),
             operation: pb::OperationKind::Write as i32,
             attempt: 1,
             ..Default::default()
-        }),
+        })),
         locale: String::new(),
     }
 }
 
 async fn decide(server: &Server, req: pb::ClassifyRequest) -> pb::Decision {
-    server
+    *server
         .client()
         .await
         .classify(req)

@@ -187,7 +187,7 @@ async fn shutdown_delay_reports_not_serving_while_still_answering() {
                 .map_err(|e| e.to_string());
             let call = pb::retry_decision_service_client::RetryDecisionServiceClient::new(channel)
                 .classify(pb::ClassifyRequest {
-                    failure: Some(batch(1).failures.remove(0)),
+                    failure: Some(Box::new(batch(1).failures.remove(0))),
                     locale: String::new(),
                 })
                 .await

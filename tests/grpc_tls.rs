@@ -16,12 +16,12 @@ const LIMIT: Duration = Duration::from_secs(10);
 
 fn request() -> pb::ClassifyRequest {
     pb::ClassifyRequest {
-        failure: Some(pb::Failure {
+        failure: Some(Box::new(pb::Failure {
             code: "BITRIX_TIMEOUT".into(),
             operation: pb::OperationKind::Write as i32,
             attempt: 1,
             ..Default::default()
-        }),
+        })),
         ..Default::default()
     }
 }

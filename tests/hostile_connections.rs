@@ -86,7 +86,11 @@ async fn silent_connections_do_not_take_the_server_down(nofile: &str, extra: &[&
     let d = tokio::time::timeout(
         Duration::from_secs(5),
         c.classify(pb::ClassifyRequest {
-            failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+            failure: Some(Box::new(failure(
+                "vibecode",
+                "BITRIX_TIMEOUT",
+                pb::OperationKind::Write,
+            ))),
             locale: String::new(),
         }),
     )
@@ -160,7 +164,11 @@ async fn silent_connections_do_not_take_the_server_down(nofile: &str, extra: &[&
     assert!(lines <= 3, "{lines} closure lines within about 15 s: not rate-limited");
     // Still serving.
     c.classify(pb::ClassifyRequest {
-        failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+        failure: Some(Box::new(failure(
+            "vibecode",
+            "BITRIX_TIMEOUT",
+            pb::OperationKind::Write,
+        ))),
         locale: String::new(),
     })
     .await
@@ -194,7 +202,11 @@ const WATCH: &str = "/retryd.v1.RetryDecisionService/WatchHolds";
 
 fn classify_body() -> bytes::Bytes {
     h2raw::framed(&pb::ClassifyRequest {
-        failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+        failure: Some(Box::new(failure(
+            "vibecode",
+            "BITRIX_TIMEOUT",
+            pb::OperationKind::Write,
+        ))),
         locale: String::new(),
     })
 }

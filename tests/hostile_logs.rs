@@ -70,7 +70,7 @@ async fn caller_strings_cannot_forge_records_or_fields_in_the_text_log() {
     f.idempotency_key = FORGED.into();
     let d = c
         .classify(pb::ClassifyRequest {
-            failure: Some(f),
+            failure: Some(Box::new(f)),
             locale: String::new(),
         })
         .await
@@ -84,7 +84,7 @@ async fn caller_strings_cannot_forge_records_or_fields_in_the_text_log() {
     for (catalog, code) in [("frontspin", FORGED), (FORGED, "RATE_LIMITED")] {
         let _ = c
             .classify(pb::ClassifyRequest {
-                failure: Some(grpc_support::failure(catalog, code, pb::OperationKind::Write)),
+                failure: Some(Box::new(grpc_support::failure(catalog, code, pb::OperationKind::Write))),
                 locale: String::new(),
             })
             .await;

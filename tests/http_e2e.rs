@@ -275,11 +275,11 @@ async fn bad_input_is_a_400_naming_the_field_and_place() {
     let mut grpc = server.client().await;
     let d = grpc
         .classify(retryd::grpc::pb::ClassifyRequest {
-            failure: Some(grpc_support::failure(
+            failure: Some(Box::new(grpc_support::failure(
                 "vibecode",
                 "BITRIX_TIMEOUT",
                 retryd::grpc::pb::OperationKind::Write,
-            )),
+            ))),
             locale: String::new(),
         })
         .await

@@ -185,7 +185,7 @@ async fn http_and_grpc_answers_are_the_same_decision_for_every_code_and_operatio
                 let failure = grpc_support::failure(&catalog, &code, op);
                 let g = grpc
                     .classify(pb::ClassifyRequest {
-                        failure: Some(failure),
+                        failure: Some(Box::new(failure)),
                         locale: locale.to_owned(),
                     })
                     .await

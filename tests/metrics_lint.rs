@@ -200,7 +200,11 @@ async fn metrics_pass_promlint_rules_and_feed_the_dashboard() {
     let mut client = pb::retry_decision_service_client::RetryDecisionServiceClient::new(channel.clone());
     client
         .classify(pb::ClassifyRequest {
-            failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+            failure: Some(Box::new(failure(
+                "vibecode",
+                "BITRIX_TIMEOUT",
+                pb::OperationKind::Write,
+            ))),
             locale: String::new(),
         })
         .await

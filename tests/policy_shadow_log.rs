@@ -115,7 +115,7 @@ async fn shadow_disagreements_and_a_complete_log_that_replays() {
                 let k = (i + c) % mix.len();
                 let answer = client
                     .classify(pb::ClassifyRequest {
-                        failure: Some(mix[k].clone()),
+                        failure: Some(Box::new(mix[k].clone())),
                         locale: String::new(),
                     })
                     .await
@@ -256,7 +256,11 @@ async fn the_shadow_policy_is_hot_reloaded() {
     server.until_logged(&["shadow policy loaded", "listening on"]).await;
     let mut client = server.client().await;
     let request = pb::ClassifyRequest {
-        failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+        failure: Some(Box::new(failure(
+            "vibecode",
+            "BITRIX_TIMEOUT",
+            pb::OperationKind::Write,
+        ))),
         locale: String::new(),
     };
     client.classify(request.clone()).await.expect("classify");

@@ -59,11 +59,11 @@ async fn without_state_required_an_unreachable_store_starts_degraded_and_says_so
     let mut client = server.client().await;
     client
         .classify(retryd::grpc::pb::ClassifyRequest {
-            failure: Some(grpc_support::failure(
+            failure: Some(Box::new(grpc_support::failure(
                 "vibecode",
                 "QUEUE_OVERFLOW",
                 retryd::grpc::pb::OperationKind::Read,
-            )),
+            ))),
             ..Default::default()
         })
         .await

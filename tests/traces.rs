@@ -98,7 +98,11 @@ async fn spans_continue_the_callers_trace_over_otlp() {
     client
         .classify(with_traceparent(
             pb::ClassifyRequest {
-                failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+                failure: Some(Box::new(failure(
+                    "vibecode",
+                    "BITRIX_TIMEOUT",
+                    pb::OperationKind::Write,
+                ))),
                 locale: String::new(),
             },
             &traceparent,
@@ -134,7 +138,7 @@ async fn spans_continue_the_callers_trace_over_otlp() {
     let _ = client
         .classify(with_traceparent(
             pb::ClassifyRequest {
-                failure: Some(failure("no-such-catalog", "X", pb::OperationKind::Read)),
+                failure: Some(Box::new(failure("no-such-catalog", "X", pb::OperationKind::Read))),
                 locale: String::new(),
             },
             &format!("00-{trace_id}-{bad_parent}-01"),
@@ -156,7 +160,7 @@ async fn spans_continue_the_callers_trace_over_otlp() {
     client
         .classify(with_traceparent(
             pb::ClassifyRequest {
-                failure: Some(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Read)),
+                failure: Some(Box::new(failure("vibecode", "BITRIX_TIMEOUT", pb::OperationKind::Read))),
                 locale: String::new(),
             },
             "00-11111111111111111111111111111111-2222222222222222-00",

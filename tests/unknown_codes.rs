@@ -41,7 +41,7 @@ async fn every_door_names_the_code_meant_and_unknown_codes_are_counted() {
     // gRPC, one call.
     let d = client
         .classify(pb::ClassifyRequest {
-            failure: Some(failure("vibecode", "BITRIX_TIMOUT", pb::OperationKind::Write)),
+            failure: Some(Box::new(failure("vibecode", "BITRIX_TIMOUT", pb::OperationKind::Write))),
             ..Default::default()
         })
         .await

@@ -26,7 +26,7 @@ fn requests() -> Vec<(&'static str, Vec<u8>)> {
     use pb::OperationKind::{Read, Unspecified, Write};
     let one = |f: pb::Failure, locale: &str| {
         pb::ClassifyRequest {
-            failure: Some(f),
+            failure: Some(Box::new(f)),
             locale: locale.into(),
         }
         .encode_to_vec()

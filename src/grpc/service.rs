@@ -152,10 +152,12 @@ impl RetryDecisionApi {
                                 // Kept for its strings when a hold is written over it.
                                 let earlier_hold = if hold.is_some() { reused.hold.take() } else { None };
                                 decision_into_proto(d, reused);
-                                (reused, earlier_hold)
+                                (&mut **reused, earlier_hold)
                             }
-                            other => match other.insert(pb::batch_result::Outcome::Decision(decision_to_proto(d))) {
-                                pb::batch_result::Outcome::Decision(fresh) => (fresh, None),
+                            other => match other
+                                .insert(pb::batch_result::Outcome::Decision(Box::new(decision_to_proto(d))))
+                            {
+                                pb::batch_result::Outcome::Decision(fresh) => (&mut **fresh, None),
                                 pb::batch_result::Outcome::Error(_) => (unreachable_decision(), None),
                             },
                         };
@@ -502,7 +504,7 @@ mod tests {
         let err = api(10)
             .classify_at(
                 &pb::ClassifyRequest {
-                    failure: Some(f),
+                    failure: Some(Box::new(f)),
                     locale: String::new(),
                 },
                 NOW,
@@ -627,7 +629,7 @@ mod tests {
         let resp = a
             .classify_at(
                 &pb::ClassifyRequest {
-                    failure: Some(failure("", "BITRIX_TIMEOUT", pb::OperationKind::Write)),
+                    failure: Some(Box::new(failure("", "BITRIX_TIMEOUT", pb::OperationKind::Write))),
                     locale: String::new(),
                 },
                 NOW,

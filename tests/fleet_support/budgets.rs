@@ -24,8 +24,8 @@ pub async fn admit(c: &mut RetryDecisionServiceClient<Channel>, catalog: &str, d
 
 /// One failure classified: the decision.
 pub async fn classify(c: &mut RetryDecisionServiceClient<Channel>, f: pb::Failure) -> pb::Decision {
-    c.classify(pb::ClassifyRequest {
-        failure: Some(f),
+    *c.classify(pb::ClassifyRequest {
+        failure: Some(Box::new(f)),
         locale: String::new(),
     })
     .await

@@ -122,8 +122,8 @@ fn failure(catalog: &str, code: &str, op: pb::OperationKind, dependency: &str, t
 }
 
 async fn classify(c: &mut RetryDecisionServiceClient<Channel>, f: pb::Failure) -> pb::Decision {
-    c.classify(pb::ClassifyRequest {
-        failure: Some(f),
+    *c.classify(pb::ClassifyRequest {
+        failure: Some(Box::new(f)),
         locale: String::new(),
     })
     .await
@@ -510,7 +510,7 @@ pub async fn bad_input(s: &Server) {
     f.retry_after = "30".into();
     let e = c
         .classify(pb::ClassifyRequest {
-            failure: Some(f),
+            failure: Some(Box::new(f)),
             locale: String::new(),
         })
         .await

@@ -24,7 +24,7 @@ fn ts(ms: i64) -> prost_types::Timestamp {
 /// FrontSpin's RATE_LIMITED for `tenant`, the allowance coming back at `reset`.
 fn rate_limited(dep: &str, tenant: &str, reset: i64, token: &str) -> pb::ClassifyRequest {
     pb::ClassifyRequest {
-        failure: Some(pb::Failure {
+        failure: Some(Box::new(pb::Failure {
             catalog: "frontspin".into(),
             code: "RATE_LIMITED".into(),
             operation: pb::OperationKind::Write as i32,
@@ -34,7 +34,7 @@ fn rate_limited(dep: &str, tenant: &str, reset: i64, token: &str) -> pb::Classif
             quota_resets_at: Some(ts(reset)),
             probe_token: token.into(),
             ..Default::default()
-        }),
+        })),
         locale: String::new(),
     }
 }
@@ -220,14 +220,14 @@ pub async fn probe_tokens_cannot_be_forged(a: &Server, b: &Server) {
     let dep = "svc-forge";
     let circuit = ca
         .classify(pb::ClassifyRequest {
-            failure: Some(pb::Failure {
+            failure: Some(Box::new(pb::Failure {
                 catalog: "probes".into(),
                 code: "LOOP".into(),
                 operation: pb::OperationKind::Write as i32,
                 attempt: 1,
                 dependency: dep.into(),
                 ..Default::default()
-            }),
+            })),
             locale: String::new(),
         })
         .await
@@ -467,7 +467,7 @@ pub async fn client_from(server: &Server, source: std::net::Ipv4Addr) -> RetryDe
 
 fn quarantine(dep: &str, retry_after_s: u64) -> pb::ClassifyRequest {
     pb::ClassifyRequest {
-        failure: Some(pb::Failure {
+        failure: Some(Box::new(pb::Failure {
             catalog: "vibecode".into(),
             code: "TIMEOUT_QUARANTINE".into(),
             operation: pb::OperationKind::Read as i32,
@@ -476,7 +476,7 @@ fn quarantine(dep: &str, retry_after_s: u64) -> pb::ClassifyRequest {
             tenant: "t".into(),
             retry_after: retry_after_s.to_string(),
             ..Default::default()
-        }),
+        })),
         locale: String::new(),
     }
 }

@@ -223,7 +223,7 @@ fn locale(rng: &mut Rng) -> String {
 /// One Classify request of the mix.
 pub fn classify_request(rng: &mut Rng, n: u64) -> pb::ClassifyRequest {
     pb::ClassifyRequest {
-        failure: Some(failure(rng, n)),
+        failure: Some(Box::new(failure(rng, n))),
         locale: locale(rng),
     }
 }
@@ -253,7 +253,7 @@ pub fn holds_dependency(n: u64, spread: u32) -> String {
 pub fn quota_stop_request(n: u64, spread: u32, resets_at: std::time::SystemTime) -> pb::ClassifyRequest {
     let since = resets_at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     pb::ClassifyRequest {
-        failure: Some(pb::Failure {
+        failure: Some(Box::new(pb::Failure {
             catalog: "frontspin".into(),
             code: "RATE_LIMITED".into(),
             operation: pb::OperationKind::Write as i32,
@@ -266,7 +266,7 @@ pub fn quota_stop_request(n: u64, spread: u32, resets_at: std::time::SystemTime)
                 nanos: 0,
             }),
             ..Default::default()
-        }),
+        })),
         locale: String::new(),
     }
 }

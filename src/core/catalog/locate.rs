@@ -1,13 +1,54 @@
 //! Finds the line of a key path such as `codes[3].write.verdict` in a
 //! catalog's TOML text, so every validation error names file, line and key.
+//!
+//! A catalog with many mistakes has many errors to place: each is found in
+//! one parse of the text (not a parse per error) and its line by a binary
+//! search of the text's line starts (not a count of newlines per key).
 
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+/// Where the lines of a text start: the 1-based line of any byte offset.
+#[derive(Debug)]
+pub struct Lines {
+    /// Offsets of the text's `\n`s, ascending.
+    newlines: Vec<usize>,
+    len: usize,
+}
+
+impl Lines {
+    /// The lines of `text`.
+    pub fn of_text(text: &str) -> Lines {
+        let newlines = text
+            .bytes()
+            .enumerate()
+            .filter(|(_, b)| *b == b'\n')
+            .map(|(i, _)| i)
+            .collect();
+        Lines {
+            newlines,
+            len: text.len(),
+        }
+    }
+
+    /// The 1-based line of byte `offset` (1 past the end of the text).
+    pub fn line(&self, offset: usize) -> usize {
+        if offset > self.len {
+            return 1;
+        }
+        self.newlines.partition_point(|&n| n < offset) + 1
+    }
+}
+
 /// The 1-based line of the deepest part of `path` that exists in `text`.
 pub fn line_of_key(text: &str, path: &str) -> Option<usize> {
     let (root, _) = DeTable::parse_recoverable(text);
-    let mut table: &DeTable<'_> = root.get_ref();
+    line_of_key_in(root.get_ref(), &Lines::of_text(text), path)
+}
+
+/// [`line_of_key`] in the parsed `root` of a text whose lines are `lines`.
+pub fn line_of_key_in(root: &DeTable<'_>, lines: &Lines, path: &str) -> Option<usize> {
+    let mut table: &DeTable<'_> = root;
     let mut found: Option<usize> = None;
     for segment in path.split('.') {
         let (name, index) = match segment.split_once('[') {
@@ -30,46 +71,52 @@ pub fn line_of_key(text: &str, path: &str) -> Option<usize> {
             _ => break,
         }
     }
-    found.map(|offset| line_of(text, offset))
+    found.map(|offset| lines.line(offset))
 }
 
 /// The path of the last key that starts on 1-based line `line` (for naming
 /// where a syntax error is), e.g. `codes[2].read`.
-pub fn key_on_line(root: &DeTable<'_>, text: &str, line: usize) -> Option<String> {
+pub fn key_on_line(root: &DeTable<'_>, lines: &Lines, line: usize) -> Option<String> {
     let mut found = None;
-    visit(root, "", text, line, &mut found);
+    visit(root, &String::new, lines, line, &mut found);
     found.map(|(_, path)| path)
 }
 
-fn visit(table: &DeTable<'_>, parent: &str, text: &str, line: usize, found: &mut Option<(usize, String)>) {
+/// Walks every key; a key's path is only written out when it is on `line`
+/// (writing each key's path was most of a many-error compile).
+fn visit(
+    table: &DeTable<'_>,
+    parent: &dyn Fn() -> String,
+    lines: &Lines,
+    line: usize,
+    found: &mut Option<(usize, String)>,
+) {
     for (key, value) in table.iter() {
         let name = key.get_ref().as_ref();
-        let path = if parent.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{parent}.{name}")
+        let path = || {
+            let parent = parent();
+            if parent.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{parent}.{name}")
+            }
         };
         let start = key.span().start;
-        if line_of(text, start) == line && found.as_ref().is_none_or(|(s, _)| start >= *s) {
-            *found = Some((start, path.clone()));
+        if lines.line(start) == line && found.as_ref().is_none_or(|(s, _)| start >= *s) {
+            *found = Some((start, path()));
         }
         match value.get_ref() {
-            DeValue::Table(t) => visit(t, &path, text, line, found),
+            DeValue::Table(t) => visit(t, &path, lines, line, found),
             DeValue::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     if let DeValue::Table(t) = item.get_ref() {
-                        visit(t, &format!("{path}[{i}]"), text, line, found);
+                        visit(t, &|| format!("{}[{i}]", path()), lines, line, found);
                     }
                 }
             }
             _ => {}
         }
     }
-}
-
-/// The 1-based line of byte `offset`.
-pub fn line_of(text: &str, offset: usize) -> usize {
-    text.get(..offset).map_or(1, |t| t.matches('\n').count() + 1)
 }
 
 #[cfg(test)]
@@ -87,5 +134,19 @@ mod tests {
         // a missing leaf falls back to the deepest part that exists
         assert_eq!(line_of_key(TEXT, "codes[1].condition.ru"), Some(8));
         assert_eq!(line_of_key(TEXT, "nothing"), None);
+    }
+
+    /// The line of every offset is the count of newlines before it, plus one
+    /// (what the lookup replaced), and 1 past the end of the text.
+    #[test]
+    fn a_line_is_one_more_than_the_newlines_before_it() {
+        for text in [TEXT, "", "\n", "a", "\n\nx\n", "ж\nй"] {
+            let lines = Lines::of_text(text);
+            for offset in 0..=text.len() {
+                let naive = text.as_bytes()[..offset].iter().filter(|b| **b == b'\n').count() + 1;
+                assert_eq!(lines.line(offset), naive, "{text:?} at {offset}");
+            }
+            assert_eq!(lines.line(text.len() + 1), 1);
+        }
     }
 }

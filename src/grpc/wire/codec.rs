@@ -608,7 +608,7 @@ mod tests {
             .into_iter()
             .map(|d| pb::BatchResult {
                 index: 0,
-                outcome: Some(pb::batch_result::Outcome::Decision(d)),
+                outcome: Some(pb::batch_result::Outcome::Decision(Box::new(d))),
             })
             .collect();
         shapes.push(pb::BatchResult {

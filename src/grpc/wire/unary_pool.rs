@@ -24,8 +24,8 @@ const FAILURE_TAG: u32 = 1;
 /// at the same instant, few enough to be nothing in memory.
 pub const POOLED_UNARY: usize = 64;
 
-static FAILURES: Pool<pb::Failure, POOLED_UNARY> = Pool::new();
-static DECISIONS: Pool<pb::Decision, POOLED_UNARY> = Pool::new();
+static FAILURES: Pool<Box<pb::Failure>, POOLED_UNARY> = Pool::new();
+static DECISIONS: Pool<Box<pb::Decision>, POOLED_UNARY> = Pool::new();
 
 /// Decodes a `ClassifyRequest` as prost does, its failure into one kept from
 /// an earlier call (`Message::decode`'s own loop, as
@@ -60,7 +60,7 @@ pub fn recycle_request(req: pb::ClassifyRequest) {
 }
 
 /// A decision to write an answer over (every field is overwritten).
-pub fn take_decision() -> pb::Decision {
+pub fn take_decision() -> Box<pb::Decision> {
     DECISIONS.take().unwrap_or_default()
 }
 
@@ -78,22 +78,24 @@ mod tests {
 
     fn request(n: usize, key: &str) -> pb::ClassifyRequest {
         pb::ClassifyRequest {
-            failure: (!n.is_multiple_of(7)).then(|| pb::Failure {
-                catalog: "vibecode".into(),
-                code: format!("CODE_{n}"),
-                operation: (n % 3) as i32,
-                method: "crm.deal.add".into(),
-                attempt: n as u32,
-                retry_after: if n.is_multiple_of(2) { "5".into() } else { String::new() },
-                idempotency_key: key.into(),
-                request_id: format!("req-{n}"),
-                tenant: "t".repeat(n % 5),
-                dependency: "d".repeat(n % 3),
-                upstream: n.is_multiple_of(3).then(|| pb::RetryContract {
-                    idempotency_key: Some(key.into()),
+            failure: (!n.is_multiple_of(7)).then(|| {
+                Box::new(pb::Failure {
+                    catalog: "vibecode".into(),
+                    code: format!("CODE_{n}"),
+                    operation: (n % 3) as i32,
+                    method: "crm.deal.add".into(),
+                    attempt: n as u32,
+                    retry_after: if n.is_multiple_of(2) { "5".into() } else { String::new() },
+                    idempotency_key: key.into(),
+                    request_id: format!("req-{n}"),
+                    tenant: "t".repeat(n % 5),
+                    dependency: "d".repeat(n % 3),
+                    upstream: n.is_multiple_of(3).then(|| pb::RetryContract {
+                        idempotency_key: Some(key.into()),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
-                ..Default::default()
+                })
             }),
             locale: if n.is_multiple_of(2) {
                 "ru".into()
@@ -112,7 +114,7 @@ mod tests {
         for second in [
             pb::ClassifyRequest::default(),
             pb::ClassifyRequest {
-                failure: Some(pb::Failure::default()),
+                failure: Some(Box::default()),
                 locale: String::new(),
             },
             request(1, ""),
@@ -135,7 +137,7 @@ mod tests {
     fn pools_are_bounded() {
         for _ in 0..POOLED_UNARY * 2 {
             recycle_response(pb::ClassifyResponse {
-                decision: Some(pb::Decision::default()),
+                decision: Some(Box::default()),
             });
             recycle_request(request(1, "k"));
         }

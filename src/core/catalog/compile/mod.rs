@@ -13,7 +13,7 @@ use serde::de::IntoDeserializer as _;
 use toml::de::DeTable;
 
 use super::holds::{DEFAULT_MAX_DELAY_MS, compile_hold, compile_quota};
-use super::locate::{key_on_line, line_of, line_of_key};
+use super::locate::{Lines, key_on_line, line_of_key_in};
 use super::source::{CatalogSource, CodeSource, Field, RuleSource, TextSource, UnknownKeys};
 use super::{Backoff, Catalog, CodeEntry, DelayKind, LocalText, Rule};
 use crate::core::model::{Locale, SideEffectState, TargetReached, TerminalState, Verdict};
@@ -36,6 +36,7 @@ pub struct CatalogError {
 /// Parses and validates `text` (from `file`) into a catalog.
 pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogError>> {
     let (root, syntax) = DeTable::parse_recoverable(text);
+    let lines = Lines::of_text(text);
     let mut c = Compiler {
         file,
         errors: Vec::new(),
@@ -51,12 +52,12 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
     let mut errors: Vec<CatalogError> = syntax
         .iter()
         .map(|e| {
-            let line = e.span().map(|s| line_of(text, s.start));
+            let line = e.span().map(|s| lines.line(s.start));
             CatalogError {
                 file: file.to_owned(),
                 line,
                 key: line
-                    .and_then(|l| key_on_line(root.get_ref(), text, l))
+                    .and_then(|l| key_on_line(root.get_ref(), &lines, l))
                     .unwrap_or_else(|| "toml".to_owned()),
                 message: format!("TOML syntax: {}", one_line(e.message())),
             }
@@ -70,7 +71,7 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
         Err(e) => {
             c.errors.push(CatalogError {
                 file: file.to_owned(),
-                line: e.span().map(|s| line_of(text, s.start)),
+                line: e.span().map(|s| lines.line(s.start)),
                 key: "toml".to_owned(),
                 message: one_line(e.message()),
             });
@@ -78,9 +79,13 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
         }
     };
     let syntax_lines: Vec<usize> = errors.iter().filter_map(|e| e.line).collect();
+    // The tree was given to the deserializer: parsed once more for every
+    // error's line (a parse per error made a many-error file quadratic).
+    let mut parsed = None;
     for mut e in c.errors {
         if e.line.is_none() {
-            e.line = line_of_key(text, &e.key);
+            let root = parsed.get_or_insert_with(|| DeTable::parse_recoverable(text).0);
+            e.line = line_of_key_in(root.get_ref(), &lines, &e.key);
         }
         // The parser's stand-in for a value it could not read is no value of
         // the file's: its syntax error is the one to report on that line.
