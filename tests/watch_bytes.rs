@@ -98,7 +98,7 @@ async fn never_reading_watches_hold_at_most_their_half_of_the_buffered_bytes() {
     let asked = Instant::now();
     client
         .classify(pb::ClassifyRequest {
-            failure: Some(failure("frontspin", "TIMEOUT", pb::OperationKind::Read)),
+            failure: Some(Box::new(failure("frontspin", "TIMEOUT", pb::OperationKind::Read))),
             locale: String::new(),
         })
         .await
