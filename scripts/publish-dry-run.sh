@@ -23,6 +23,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 export RETRYD_BIN="${RETRYD_BIN:-$target_dir/debug/retryd}"
+# The conformance suite's own catalog (a circuit with a 600 ms probe), as run.sh serves it.
+export RETRYD_POLICY="$root/clients/conformance/policies"
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
