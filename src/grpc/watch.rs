@@ -25,6 +25,7 @@ impl WatchWire for GrpcWire {
             kind: hold_event_to_proto(e.kind) as i32,
             hold: e.hold.map(shown_into_proto),
             server_time: Some(timestamp_from_millis(e.server_time)),
+            ..Default::default()
         };
         let n = if self.bytes.is_some() {
             message.encoded_len() + 5
