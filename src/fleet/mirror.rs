@@ -519,6 +519,62 @@ impl Mirror {
         out
     }
 
+    /// Visits up to `limit` holds in force, in id order after `after`
+    /// (empty: from the first), of `dependency` only (its index) or of all;
+    /// returns the last id visited, `None` when none was left. Nothing is
+    /// copied: a watch's resume digests walk the holds this way, a chunk
+    /// per read lock.
+    pub fn visit(
+        &self,
+        dependency: Option<&str>,
+        after: &str,
+        limit: usize,
+        now: UnixMillis,
+        mut f: impl FnMut(&Hold),
+    ) -> Option<String> {
+        use std::ops::Bound;
+        let state = self.read();
+        let start = if after.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(after)
+        };
+        let hold = |id: &Id| {
+            let key = state.by_id.get(&**id)?;
+            state.by_key.get(key)?.iter().find(|h| *h.id == **id)
+        };
+        let mut last = None;
+        let mut visit = |id: &Id| {
+            if let Some(h) = hold(id).filter(|h| h.active(now)) {
+                f(h);
+            }
+            last = Some(id.to_string());
+        };
+        match dependency {
+            Some(d) => {
+                for id in state
+                    .by_dep
+                    .get(d)?
+                    .range::<str, _>((start, Bound::Unbounded))
+                    .take(limit)
+                {
+                    visit(id);
+                }
+            }
+            None => {
+                for id in state
+                    .by_id
+                    .range::<str, _>((start, Bound::Unbounded))
+                    .map(|(id, _)| id)
+                    .take(limit)
+                {
+                    visit(id);
+                }
+            }
+        }
+        last
+    }
+
     /// Holds in the mirror by kind and scope (`[kind][scope]`), kept as
     /// holds come and go: the gauges read it without walking the holds.
     pub fn counts(&self) -> [[usize; 3]; 4] {

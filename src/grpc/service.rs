@@ -366,6 +366,7 @@ impl RetryDecisionService for RetryDecisionApi {
             dependencies,
             tenant: req.tenant,
             tenants: req.tenants,
+            resume: req.resume_digests,
         };
         let wire = super::watch::GrpcWire {
             bytes: account.as_ref().map(StreamAccount::open),

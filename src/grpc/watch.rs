@@ -25,7 +25,8 @@ impl WatchWire for GrpcWire {
             kind: hold_event_to_proto(e.kind) as i32,
             hold: e.hold.map(shown_into_proto),
             server_time: Some(timestamp_from_millis(e.server_time)),
-            ..Default::default()
+            resumed: e.resent_buckets.is_some(),
+            resent_buckets: e.resent_buckets.unwrap_or_default(),
         };
         let n = if self.bytes.is_some() {
             message.encoded_len() + 5

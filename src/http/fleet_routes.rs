@@ -104,6 +104,8 @@ pub fn watch_holds(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::
         dependencies: list(&["dependency", "dependencies"]),
         tenant: text("tenant"),
         tenants: list(&["tenants"]),
+        // A resume (256 digests) is gRPC's: too long for a query string.
+        resume: Vec::new(),
     };
     let operator = door.operators.allows_parts(call.headers, call.extensions);
     let caller = door.operators.caller_of(call.headers, call.extensions);

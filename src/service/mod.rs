@@ -30,7 +30,9 @@ pub mod record;
 pub mod reports;
 pub mod stall;
 pub mod watch;
+mod watch_filter;
 pub mod watch_out;
+mod watch_snapshot;
 
 #[cfg(test)]
 mod budget_tests;

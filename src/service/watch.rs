@@ -8,25 +8,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Service;
-use super::error::{Error, ErrorKind, check_len};
-use super::holds::{Shown, shown};
+use super::error::{Error, ErrorKind};
 pub use super::watch_out::{Charge, Plain, STALLED_TOTAL, WatchEvent, WatchEvents, WatchWire};
 use super::watch_out::{Out, channel};
-use crate::core::hold::{Hold, HoldScope};
-use crate::core::{UnixMillis, limits};
-use crate::fleet::{Fleet, HoldEventKind};
+use crate::fleet::Fleet;
 
 /// Gauge of WatchHolds streams open.
 pub const WATCH_STREAMS: &str = "retryd_watch_streams";
 /// Counter of WatchHolds refused at a stream limit, labelled `limit` (`caller`, `server`).
 pub const WATCH_REFUSED_TOTAL: &str = "retryd_watch_streams_refused_total";
-
-/// Most dependencies one watch may name.
-pub const MAX_WATCH_DEPENDENCIES: usize = 256;
-/// Most tenants one watch may name.
-pub const MAX_WATCH_TENANTS: usize = 256;
-/// Holds read from the mirror per snapshot page.
-const SNAPSHOT_PAGE: usize = 64;
+pub use super::watch_filter::{MAX_WATCH_DEPENDENCIES, MAX_WATCH_TENANTS, WatchFilter};
+pub use super::watch_snapshot::WATCH_RESUMED_TOTAL;
+use super::watch_snapshot::snapshot;
 
 /// How watches are bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,73 +112,6 @@ impl Drop for Seat {
     }
 }
 
-/// Which holds a watch covers (empty matches all).
-#[derive(Debug, Clone, Default)]
-pub struct WatchFilter {
-    /// Catalog.
-    pub catalog: String,
-    /// Any of these dependency instances (empty: all).
-    pub dependencies: Vec<String>,
-    /// Tenant, raw: only this tenant's holds.
-    pub tenant: String,
-    /// A client mirror's tenants, raw: tenant holds only of these (shown in
-    /// clear: the caller named them), dependency and method holds of any.
-    pub tenants: Vec<String>,
-}
-
-impl WatchFilter {
-    fn check(&self) -> Result<(), Error> {
-        check_len("catalog", &self.catalog, limits::MAX_CATALOG)?;
-        check_len("tenant", &self.tenant, limits::MAX_TENANT)?;
-        if self.dependencies.len() > MAX_WATCH_DEPENDENCIES {
-            return Err(Error::invalid(
-                "dependencies",
-                format!(
-                    "{} entries; the limit is {MAX_WATCH_DEPENDENCIES}",
-                    self.dependencies.len()
-                ),
-            ));
-        }
-        for (i, d) in self.dependencies.iter().enumerate() {
-            check_len(&format!("dependencies[{i}]"), d, limits::MAX_DEPENDENCY)?;
-        }
-        if self.tenants.len() > MAX_WATCH_TENANTS {
-            return Err(Error::invalid(
-                "tenants",
-                format!("{} entries; the limit is {MAX_WATCH_TENANTS}", self.tenants.len()),
-            ));
-        }
-        if !self.tenants.is_empty() && !self.tenant.is_empty() {
-            return Err(Error::invalid(
-                "tenants",
-                "set either tenant (only that tenant's holds) or tenants (a mirror's), not both",
-            ));
-        }
-        for (i, t) in self.tenants.iter().enumerate() {
-            check_len(&format!("tenants[{i}]"), t, limits::MAX_TENANT)?;
-        }
-        Ok(())
-    }
-
-    fn matches(&self, h: &Hold) -> bool {
-        (self.catalog.is_empty() || h.key.catalog == self.catalog)
-            && (self.dependencies.is_empty() || self.dependencies.contains(&h.key.dependency))
-            && (self.tenant.is_empty() || h.key.tenant() == self.tenant)
-            && (self.tenants.is_empty() || h.key.scope != HoldScope::Tenant || self.named(h))
-    }
-
-    /// The watch named this hold's tenant (in `tenants`).
-    fn named(&self, h: &Hold) -> bool {
-        self.tenants.iter().any(|t| t == h.key.tenant())
-    }
-
-    /// The hold as this watcher may see it: tenants it named in clear.
-    fn show(&self, fleet: &Fleet, h: Hold, operator: bool) -> Shown {
-        let in_clear = operator || (h.key.scope == HoldScope::Tenant && self.named(&h));
-        shown(fleet, h, in_clear, &self.tenant)
-    }
-}
-
 impl Service {
     /// WatchHolds: the holds in force, then `synced`, then every change,
     /// until the server drains (UNAVAILABLE), the watcher goes away, falls
@@ -225,60 +151,6 @@ impl Service {
             }
         });
         Ok(events)
-    }
-}
-
-/// Sends the holds in force, page by page in id order (dependency by
-/// dependency when the watch names some: each through its index), then
-/// `synced`.
-async fn snapshot<W: WatchWire>(fleet: &Fleet, filter: &WatchFilter, operator: bool, out: &Out<W>) -> bool {
-    if filter.dependencies.is_empty() {
-        return pages(fleet, None, filter, operator, out).await && out.send(HoldEventKind::Synced, None).await;
-    }
-    let mut named: Vec<&str> = filter.dependencies.iter().map(String::as_str).collect();
-    named.sort_unstable();
-    named.dedup();
-    for dependency in named {
-        if !pages(fleet, Some(dependency), filter, operator, out).await {
-            return false;
-        }
-    }
-    out.send(HoldEventKind::Synced, None).await
-}
-
-/// Sends the matching holds in force of `dependency` (or of all), page by page.
-async fn pages<W: WatchWire>(
-    fleet: &Fleet,
-    dependency: Option<&str>,
-    filter: &WatchFilter,
-    operator: bool,
-    out: &Out<W>,
-) -> bool {
-    let mut after = String::new();
-    loop {
-        let now = UnixMillis::now();
-        let keep = |h: &Hold| filter.matches(h);
-        let page = match dependency {
-            Some(d) => fleet.mirror().page_of(d, &after, SNAPSHOT_PAGE, now, keep),
-            None => fleet.mirror().page(&after, SNAPSHOT_PAGE, now, keep),
-        };
-        let last = page.len() < SNAPSHOT_PAGE;
-        if let Some(h) = page.last() {
-            after.clone_from(&h.id);
-        }
-        for h in page {
-            let kind = if h.probing(now) {
-                HoldEventKind::Probing
-            } else {
-                HoldEventKind::Placed
-            };
-            if !out.send(kind, Some(filter.show(fleet, h, operator))).await {
-                return false;
-            }
-        }
-        if last {
-            return true;
-        }
     }
 }
 
@@ -341,11 +213,12 @@ mod tests {
 
     use super::*;
     use crate::core::Policy;
+    use crate::core::UnixMillis;
     use crate::core::hold::{HoldKind, HoldPlan, HoldScope};
-    use crate::fleet::{Fleet, FleetConfig};
+    use crate::fleet::{Fleet, FleetConfig, HoldEventKind};
     use crate::service::ServiceConfig;
 
-    fn service(holds: usize, stall: Duration) -> (Service, Arc<Fleet>, tokio::sync::watch::Sender<bool>) {
+    pub(super) fn service(holds: usize, stall: Duration) -> (Service, Arc<Fleet>, tokio::sync::watch::Sender<bool>) {
         let policy = Arc::new(ArcSwap::from_pointee(Policy::embedded().expect("policy")));
         let fleet = Fleet::in_memory(FleetConfig::default());
         let now = UnixMillis::now();
@@ -661,4 +534,7 @@ mod tests {
         assert!(err.to_string().contains("dependencies[0]"), "{err}");
         assert_eq!(s.watchers.open(), 0, "a refused watch takes no place");
     }
+
+    /// A reconnecting mirror's resume (`watch_snapshot`).
+    mod resume;
 }

@@ -38,6 +38,8 @@ pub struct WatchEvent {
     pub hold: Option<Shown>,
     /// The server's clock when the event was sent.
     pub server_time: UnixMillis,
+    /// `Synced` of a resumed watch: the buckets its snapshot sent.
+    pub resent_buckets: Option<Vec<u32>>,
 }
 
 /// Events queued per stream beyond what its connection took: a stream
@@ -252,11 +254,28 @@ impl<W: WatchWire> Out<W> {
     /// went away, or took nothing for the stall timeout: then it is ended
     /// with RESOURCE_EXHAUSTED).
     pub(super) async fn send(&self, kind: HoldEventKind, hold: Option<Shown>) -> bool {
-        let (item, n) = self.wire.encode(WatchEvent {
+        self.send_event(WatchEvent {
             kind,
             hold,
             server_time: UnixMillis::now(),
-        });
+            resent_buckets: None,
+        })
+        .await
+    }
+
+    /// Queues `synced`, naming the buckets a resumed watch's snapshot sent.
+    pub(super) async fn send_synced(&self, resent_buckets: Option<Vec<u32>>) -> bool {
+        self.send_event(WatchEvent {
+            kind: HoldEventKind::Synced,
+            hold: None,
+            server_time: UnixMillis::now(),
+            resent_buckets,
+        })
+        .await
+    }
+
+    async fn send_event(&self, e: WatchEvent) -> bool {
+        let (item, n) = self.wire.encode(e);
         if !self.charge(n).await {
             return false;
         }

@@ -79,6 +79,15 @@ pub struct Args {
     /// receive window of 0, so the server cannot send one byte of an event.
     #[arg(long)]
     pub never_read: bool,
+    /// `--call watch`: write each watched scope's resume digests (the
+    /// holds its first stream was sent before SYNCED) to this file, as the
+    /// client mirrors would hold them when the server restarts.
+    #[arg(long)]
+    pub save_digests: Option<std::path::PathBuf>,
+    /// `--call watch`: resume every stream from the digests in this file
+    /// (written by `--save-digests`): a reconnect storm of mirrors.
+    #[arg(long)]
+    pub resume_digests: Option<std::path::PathBuf>,
 }
 
 /// The RPC under load.

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
+use retryd::core::hold::{bucket_digests, digest};
 use retryd::grpc::pb::{self, retry_decision_service_client::RetryDecisionServiceClient};
 use serde::Serialize;
 use tokio::net::TcpSocket;
@@ -49,6 +50,10 @@ pub struct WatchReport {
     pub median_synced_s: Option<f64>,
     /// Holds in the snapshot before the first SYNCED (min, max over streams).
     pub snapshot_holds: Option<(u64, u64)>,
+    /// Streams whose first SYNCED said the server resumed them.
+    pub resumed: u64,
+    /// Buckets those resumed snapshots sent, summed.
+    pub resent_buckets: u64,
     /// Events received in all.
     pub messages: u64,
     /// Events received per second of the run.
@@ -70,6 +75,9 @@ struct Tally {
     report: WatchReport,
     synced_at: Vec<f64>,
     ended_at: Vec<f64>,
+    /// Watched scope (dependency, empty: all) → the digests of its first
+    /// complete snapshot (for `--save-digests`).
+    digests: BTreeMap<String, Vec<u64>>,
 }
 
 impl Tally {
@@ -139,12 +147,22 @@ pub async fn run(args: &Args) -> Result<WatchReport, RunError> {
     let connect_s = start.elapsed().as_secs_f64();
     let deadline = tokio::time::Instant::now() + hold;
     let tally = Arc::new(Mutex::new(Tally::default()));
+    let saved: BTreeMap<String, Vec<u64>> = match &args.resume_digests {
+        Some(path) => serde_json::from_slice(
+            &std::fs::read(path).map_err(|e| RunError::BadAddr(format!("{}: {e}", path.display())))?,
+        )
+        .map_err(|e| RunError::BadAddr(format!("{}: {e}", path.display())))?,
+        None => BTreeMap::new(),
+    };
     let mut tasks = Vec::with_capacity(streams);
     for s in 0..streams {
         let client = RetryDecisionServiceClient::new(channels[s / per_conn].clone());
         let tally = Arc::clone(&tally);
         let never_read = args.never_read;
-        let request = request(s as u64, args.dependencies);
+        let mut request = request(s as u64, args.dependencies);
+        if let Some(d) = saved.get(&request.dependency) {
+            request.resume_digests.clone_from(d);
+        }
         tasks.push(tokio::spawn(async move {
             if never_read {
                 hold_unread(client, request, deadline, start, &tally).await;
@@ -163,6 +181,10 @@ pub async fn run(args: &Args) -> Result<WatchReport, RunError> {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     t.synced_at.sort_by(f64::total_cmp);
     t.ended_at.sort_by(f64::total_cmp);
+    if let Some(path) = &args.save_digests {
+        let text = serde_json::to_vec(&t.digests).map_err(|e| RunError::BadAddr(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| RunError::BadAddr(format!("{}: {e}", path.display())))?;
+    }
     let r = &mut t.report;
     r.mode = if args.never_read { "never-read" } else { "reading" };
     r.streams = args.streams;
@@ -205,6 +227,15 @@ fn own_cpu_s() -> f64 {
     let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
     // The clock tick is 100 Hz on Linux (USER_HZ).
     (tick(11) + tick(12)) / 100.0
+}
+
+/// A hold's resume digest as a client mirror computes it from the event.
+fn digest_of(h: &pb::Hold) -> u64 {
+    let until = h
+        .until
+        .as_ref()
+        .map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
+    digest(&h.id, retryd::core::UnixMillis(until))
 }
 
 /// A never-reading stream: opened, then left until `deadline` or until the
@@ -256,6 +287,7 @@ async fn read_until(
     let mut jitter = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     loop {
         let mut before_sync = 0u64;
+        let mut digests = Vec::new();
         match tokio::time::timeout_at(deadline, client.watch_holds(request.clone())).await {
             Err(_) => return,
             Ok(Err(s)) => lock().status(true, &s),
@@ -274,9 +306,20 @@ async fn read_until(
                                     t.synced_at.push(start.elapsed().as_secs_f64());
                                     let (lo, hi) = t.report.snapshot_holds.unwrap_or((u64::MAX, 0));
                                     t.report.snapshot_holds = Some((lo.min(before_sync), hi.max(before_sync)));
+                                    if ev.resumed {
+                                        t.report.resumed += 1;
+                                        t.report.resent_buckets += ev.resent_buckets.len() as u64;
+                                    } else {
+                                        t.digests
+                                            .entry(request.dependency.clone())
+                                            .or_insert_with(|| bucket_digests(digests.drain(..)));
+                                    }
                                 }
                             } else {
                                 before_sync += 1;
+                                if let (false, Some(h)) = (synced, &ev.hold) {
+                                    digests.push(digest_of(h));
+                                }
                             }
                         }
                         Ok(Ok(None)) => {

@@ -524,5 +524,7 @@ mod as_millis {
     }
 }
 
+mod resume;
+pub use resume::{RESUME_BUCKETS, bucket, bucket_digests, digest};
 #[cfg(test)]
 mod tests;
