@@ -4,6 +4,9 @@ import dev.retryd.v1.Hold;
 import dev.retryd.v1.HoldEventKind;
 import dev.retryd.v1.Scope;
 import dev.retryd.v1.WatchHoldsResponse;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -12,6 +15,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.LongAdder;
 
 /**
  * The holds that can cover this client's calls, as {@code WatchHolds} streams told them (and Admit and Classify
@@ -28,6 +32,8 @@ final class HoldsMirror {
    * probe phase begin or the hold lift: retryd says which it is.
    */
   static final long AWAIT_PROBE_MS = 600_000;
+  /** Buckets a resume names: one per value of a hold digest's first byte. */
+  static final int RESUME_BUCKETS = 256;
   private static final long NONE = Long.MIN_VALUE;
   private static final Entry[] EMPTY = new Entry[0];
 
@@ -56,6 +62,8 @@ final class HoldsMirror {
       return new Entry(h.getId(), h.getCatalog(), h.getDependency(), h.getTenant(), h.getMethod(), h.getScope(), until,
           next, probing || h.getProbing(), h);
     }
+
+    long digest() { return HoldsMirror.digest(id, until); }
 
     boolean covers(String catalog, String tenant, String method) {
       // A call naming no catalog matches a hold of any: never fewer refusals than Admit.
@@ -87,6 +95,8 @@ final class HoldsMirror {
   /** The holds one stream told, for the dependencies and tenants it asked for. */
   static final class Store {
     final Set<String> deps, tenants;
+    /** Its stream sent resume digests: a resumed SYNCED keeps the mirror's holds of the buckets not resent. */
+    final boolean resuming;
     volatile boolean synced;
     final Map<String, Entry> byId = new HashMap<>();
     final Map<String, Map<String, Entry>> perDep = new HashMap<>();
@@ -100,8 +110,13 @@ final class HoldsMirror {
     };
 
     Store(Set<String> deps, Set<String> tenants) {
+      this(deps, tenants, false);
+    }
+
+    Store(Set<String> deps, Set<String> tenants, boolean resuming) {
       this.deps = Set.copyOf(deps);
       this.tenants = Set.copyOf(tenants);
+      this.resuming = resuming;
     }
 
     boolean covers(String dep, String tenant) {
@@ -114,6 +129,8 @@ final class HoldsMirror {
   private volatile boolean stale;
   /** server clock − local clock, from the latest event's server_time. */
   private volatile long offsetMillis;
+  /** SYNCEDs that resumed the mirror, and the buckets they resent. */
+  private final LongAdder resumedSyncs = new LongAdder(), resentBuckets = new LongAdder();
 
   HoldsMirror(int maxHolds) {
     if (maxHolds < 1) {
@@ -191,6 +208,9 @@ final class HoldsMirror {
           put(s, Entry.of(ev.getHold(), kind == HoldEventKind.HOLD_EVENT_KIND_PROBING));
       case HOLD_EVENT_KIND_LIFTED -> lift(s, Entry.of(ev.getHold(), false));
       case HOLD_EVENT_KIND_SYNCED -> {
+        if (s.resuming && ev.getResumed()) {
+          resume(s, ev.getResentBucketsList());
+        }
         for (String dep : s.dirty) {
           publish(s, dep);
         }
@@ -205,6 +225,86 @@ final class HoldsMirror {
     }
     return false;
   }
+
+  /**
+   * A resumed SYNCED: the server sent every hold of the buckets {@code resent} (and only those), so the live store's
+   * holds in the other buckets are still right and carry over into {@code s}; those in a resent bucket that {@code s}
+   * did not receive are gone. Lifted ids carry over too (a PLACED that races the new stream stays lifted).
+   */
+  private void resume(Store s, List<Integer> resent) {
+    resumedSyncs.increment();
+    resentBuckets.add(resent.size());
+    Store old = live;
+    if (old == null || old == s) {
+      return;
+    }
+    boolean[] sent = new boolean[RESUME_BUCKETS];
+    for (int b : resent) {
+      if (b >= 0 && b < RESUME_BUCKETS) {
+        sent[b] = true;
+      }
+    }
+    for (Map.Entry<String, Long> l : old.lifted.entrySet()) {
+      s.lifted.merge(l.getKey(), l.getValue(), Math::max);
+    }
+    for (Entry e : old.byId.values()) {
+      if (!sent[bucket(e.digest())] && !s.byId.containsKey(e.id)) {
+        put(s, e);
+      }
+    }
+  }
+
+  /**
+   * The 256 bucket digests of the holds in the mirror (lifted ones are not in it), for a stream that resumes; null
+   * when it holds none (that stream asks for a full snapshot). Holds past their end are pruned first: the server's
+   * digests cover the holds in force.
+   */
+  synchronized long[] resumeDigests() {
+    prune();
+    Store s = live;
+    return s == null || s.byId.isEmpty() ? null : bucketDigests(s.byId.values());
+  }
+
+  /** The 256 bucket digests of {@code holds}: the XOR of their digests in each bucket (0 when empty). */
+  static long[] bucketDigests(Iterable<Entry> holds) {
+    long[] out = new long[RESUME_BUCKETS];
+    for (Entry e : holds) {
+      long d = e.digest();
+      out[bucket(d)] ^= d;
+    }
+    return out;
+  }
+
+  /**
+   * A hold's resume digest: the first 8 bytes, big-endian, of SHA-256(id as UTF-8, 0x00, {@code until} in Unix ms
+   * as decimal ASCII), with {@code until} the server's as received. Unsigned 64-bit: Java's long holds the same bits
+   * (compare with {@link Long#compareUnsigned}, print with {@link Long#toUnsignedString}).
+   */
+  static long digest(String id, long untilMillis) {
+    MessageDigest sha;
+    try {
+      sha = MessageDigest.getInstance("SHA-256");
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException("every Java platform has SHA-256", e);
+    }
+    sha.update(id.getBytes(StandardCharsets.UTF_8));
+    sha.update((byte) 0);
+    byte[] h = sha.digest(Long.toString(untilMillis).getBytes(StandardCharsets.US_ASCII));
+    long d = 0;
+    for (int i = 0; i < 8; i++) {
+      d = (d << 8) | (h[i] & 0xff);
+    }
+    return d;
+  }
+
+  /** A digest's bucket: its first byte (0..255). */
+  static int bucket(long digest) {
+    return (int) (digest >>> 56);
+  }
+
+  long resumedSyncs() { return resumedSyncs.sum(); }
+
+  long resentBuckets() { return resentBuckets.sum(); }
 
   /** A hold from an Admit or Classify answer: into the live store (and {@code pending}'s) at once. */
   synchronized void learn(Hold h, Store pending) {

@@ -15,13 +15,15 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.LongAdder;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
 /**
  * Feeds a {@link HoldsMirror} from one {@code WatchHolds} stream at a time: widened by opening a stream with the
  * larger sets (the old one serves until the new one's snapshot), reopened after an error with full-jitter
- * exponential backoff (100 ms base, ×2, 5 s cap) so a restart of retryd is no stampede.
+ * exponential backoff (100 ms base, ×2, 5 s cap) so a restart of retryd is no stampede, and never while retryd's own
+ * shed advice is in force. Every stream it opens with holds in the mirror resumes from their bucket digests.
  */
 final class MirrorWatch {
   /** Most dependencies, and most tenants, one stream watches (WatchHoldsRequest's limit). */
@@ -39,6 +41,9 @@ final class MirrorWatch {
   private volatile Stream pending;
   private int failures;
   private boolean reconnecting, closed;
+  /** retryd's advice to wait, from a shed stream or a shed answer to one of the clients' RPCs. */
+  private final Busy busy = new Busy();
+  private final LongAdder shedAnswers = new LongAdder();
 
   /** One WatchHolds stream and the store it fills. */
   private final class Stream implements ClientResponseObserver<WatchHoldsRequest, WatchHoldsResponse> {
@@ -86,6 +91,12 @@ final class MirrorWatch {
 
   void addListener(MirrorListener l) { listeners.add(l); }
 
+  /** A shed answer's advice (ms, null: none) to one of the clients sharing this watch: no stream opens before it. */
+  void advise(Long ms) { busy.advise(ms); }
+
+  /** Shed answers to this watch's streams. */
+  long shedAnswers() { return shedAnswers.sum(); }
+
   void removeListener(MirrorListener l) { listeners.remove(l); }
 
   /** The store of the stream opening (widening or reconnecting), if any: holds learned from answers go there too. */
@@ -103,7 +114,7 @@ final class MirrorWatch {
     synchronized (lock) {
       boolean grew = add(deps, moreDeps, d) | add(tenants, moreTenants, t);
       if (grew && pending == null && !reconnecting && !closed) {
-        pending = open(); // at most one reopen in flight: a later addition waits for its snapshot
+        openOrWait(0); // at most one reopen in flight: a later addition waits for its snapshot
       }
     }
     return new Watched(d, t, d.size() == count(moreDeps) && t.size() == count(moreTenants));
@@ -167,10 +178,32 @@ final class MirrorWatch {
     timer.shutdownNow();
   }
 
-  // Called with lock held.
+  /**
+   * Opens the next stream after {@code delayMs}, and not before retryd's advice to wait has passed (a stream opened
+   * meanwhile would be shed too). Called with lock held, with no stream pending or scheduled.
+   */
+  private void openOrWait(long delayMs) {
+    long wait = Math.max(delayMs, busy.remainingMillis());
+    if (wait <= 0) {
+      pending = open();
+      return;
+    }
+    reconnecting = true;
+    timer.schedule(this::reconnect, wait, TimeUnit.MILLISECONDS);
+  }
+
+  // Called with lock held. With holds in the mirror the stream resumes: it sends their 256 bucket digests, and the
+  // snapshot resends only the buckets that differ (a reconnect storm after a restart costs a message per stream).
   private Stream open() {
-    Stream s = new Stream(new HoldsMirror.Store(deps, tenants));
-    async.watchHolds(WatchHoldsRequest.newBuilder().addAllDependencies(deps).addAllTenants(tenants).build(), s);
+    long[] digests = mirror.resumeDigests();
+    Stream s = new Stream(new HoldsMirror.Store(deps, tenants, digests != null));
+    WatchHoldsRequest.Builder req = WatchHoldsRequest.newBuilder().addAllDependencies(deps).addAllTenants(tenants);
+    if (digests != null) {
+      for (long d : digests) {
+        req.addResumeDigests(d);
+      }
+    }
+    async.watchHolds(req.build(), s);
     return s;
   }
 
@@ -184,8 +217,8 @@ final class MirrorWatch {
       current = s;
       pending = null;
       failures = 0;
-      if (!s.store.deps.containsAll(deps) || !s.store.tenants.containsAll(tenants)) {
-        pending = open(); // names added while this one opened
+      if ((!s.store.deps.containsAll(deps) || !s.store.tenants.containsAll(tenants)) && !reconnecting) {
+        openOrWait(0); // names added while this one opened
       }
       lock.notifyAll();
     }
@@ -204,6 +237,10 @@ final class MirrorWatch {
       if (s.cancelled || closed) {
         return;
       }
+      if (Busy.shed(cause)) {
+        shedAnswers.increment();
+        busy.advise(Busy.adviceMillis(cause));
+      }
       if (s == current) {
         current = null;
         wentStale = !mirror.stale();
@@ -216,8 +253,8 @@ final class MirrorWatch {
       if (pending == null && !reconnecting) {
         long top = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS << Math.min(failures, 16));
         failures++;
-        reconnecting = true;
-        timer.schedule(this::reconnect, ThreadLocalRandom.current().nextLong(top + 1), TimeUnit.MILLISECONDS);
+        // Full jitter, and no earlier than retryd's advice: max of the two.
+        openOrWait(Math.max(1, ThreadLocalRandom.current().nextLong(top + 1)));
       }
     }
     if (wentStale) {
@@ -233,7 +270,7 @@ final class MirrorWatch {
     synchronized (lock) {
       reconnecting = false;
       if (!closed && pending == null) {
-        pending = open();
+        openOrWait(0); // advice that came meanwhile still holds it back
       }
     }
   }

@@ -101,8 +101,8 @@ public final class Resilience4jAdvisor {
       }
       dev.retryd.v1.Decision d;
       try {
-        d = client.stubWithTimeout().classify(ClassifyRequest.newBuilder()
-            .setFailure(client.failureProto(f, call, n, g.probe())).setLocale(client.locale()).build()).getDecision();
+        d = client.classify(ClassifyRequest.newBuilder()
+            .setFailure(client.failureProto(f, call, n, g.probe())).setLocale(client.locale()).build(), null);
       } catch (StatusRuntimeException e) {
         RejectedException rejected = RejectedException.of(e, error);
         if (rejected != null) {

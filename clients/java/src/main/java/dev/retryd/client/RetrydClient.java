@@ -18,7 +18,6 @@ import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ThreadLocalRandom;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Consumer;
 import java.util.function.Function;
@@ -144,7 +143,7 @@ public final class RetrydClient implements AutoCloseable {
     this.stub = RetryDecisionServiceGrpc.newBlockingStub(channel);
     // A client with no dependency names no hold's scope: it always asks Admit.
     SharedMirror shared = o.mirror && !o.dependency.isEmpty() ? SharedMirror.acquire(o.address, o.channel, o.maxHolds) : null;
-    this.keeper = new Gatekeeper(stub, shared, o.catalog, o.dependency, o.tenant, o.mirrorListener);
+    this.keeper = new Gatekeeper(stub, shared, o.catalog, o.dependency, o.tenant, o.mirrorListener, this::busyBegan);
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     long until = System.nanoTime() + o.connectTimeout.toNanos();
     while (channel.getState(true) != ConnectivityState.READY && System.nanoTime() < until) {
@@ -204,6 +203,12 @@ public final class RetrydClient implements AutoCloseable {
   /** Holds in force in the mirror on {@code dependency} (the conformance runner waits on it). */
   int mirrorHoldsFor(String dependency) { return keeper.mirrorHoldsFor(dependency); }
 
+  /** Whether retryd's shed advice holds this client's RPCs back now (checks). */
+  boolean busy() { return keeper.busy(); }
+
+  /** First attempts counted and not yet reported (checks). */
+  long pendingRequests() { return keeper.pendingRequests(); }
+
   /** Sends the outcome counts not yet reported, closes the watch stream and the channel. */
   @Override
   public void close() {
@@ -234,9 +239,19 @@ public final class RetrydClient implements AutoCloseable {
   private void event(Event e) {
     if (e.kind().equals("fallback")) {
       fallbacks.incrementAndGet();
-      LOG.log(Level.WARNING, "retryd: conservative fallback: {0}", e.detail());
+      // While retryd advises waiting, the period's one warning (busyBegan) stands for every call's fallback.
+      if (!e.detail().contains(Gatekeeper.NOT_SENT.getDescription())) {
+        LOG.log(Level.WARNING, "retryd: conservative fallback: {0}", e.detail());
+      }
     }
     o.hook.accept(e);
+  }
+
+  /** A busy period began: logged and hooked once (event {@code busy}, its wait the advice), not per call. */
+  private void busyBegan(long adviceMillis) {
+    LOG.log(Level.WARNING, "retryd: shed a call and advised waiting {0} ms: no Admit, Classify or ReportOutcomes until"
+        + " then (calls take the conservative fallback; the holds mirror still refuses)", adviceMillis);
+    o.hook.accept(new Event("busy", 0, null, Duration.ofMillis(adviceMillis), "retryd advised waiting"));
   }
 
   private long rpcMillis(Instant deadline) {
@@ -272,9 +287,12 @@ public final class RetrydClient implements AutoCloseable {
     return failure;
   }
 
-  /** The blocking stub with the per-RPC timeout applied (the adapters share it). */
-  RetryDecisionServiceGrpc.RetryDecisionServiceBlockingStub stubWithTimeout() {
-    return stub.withDeadlineAfter(rpcMillis(null), TimeUnit.MILLISECONDS);
+  /**
+   * Classify within the per-RPC timeout (and the deadline, if any); not sent while retryd advises waiting (throws
+   * {@link Gatekeeper#NOT_SENT}). The adapters share it.
+   */
+  dev.retryd.v1.Decision classify(ClassifyRequest request, Instant deadline) {
+    return keeper.classify(request, rpcMillis(deadline));
   }
 
   String catalog() { return o.catalog; }
@@ -383,8 +401,7 @@ public final class RetrydClient implements AutoCloseable {
       while (true) {
         dev.retryd.v1.Decision raw;
         try {
-          raw = stub.withDeadlineAfter(rpcMillis(deadline), TimeUnit.MILLISECONDS)
-              .classify(ClassifyRequest.newBuilder().setFailure(failure).setLocale(o.locale).build()).getDecision();
+          raw = classify(ClassifyRequest.newBuilder().setFailure(failure).setLocale(o.locale).build(), deadline);
         } catch (StatusRuntimeException e) {
           RejectedException rejected = RejectedException.of(e, error);
           if (rejected != null) {

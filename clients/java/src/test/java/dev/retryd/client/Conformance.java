@@ -114,7 +114,51 @@ public final class Conformance {
     }
   }
 
-  static List<String> runOne(String addr, String down, String slow, JsonObject sc) throws Exception {
+  /**
+   * The second retryd of {@code "retryd": "shedding"} scenarios: started once, when the first needs it, with
+   * {@code --max-buffered-bytes 1} (it sheds every call but health checks, with retry advice), the same operator token
+   * and RETRYD_POLICY as the first.
+   */
+  static final class Shedding {
+    private final String bin;
+    private final Path tok;
+    private Process server;
+    private String addr;
+
+    Shedding(String bin, Path tok) { this.bin = bin; this.tok = tok; }
+
+    synchronized String addr() throws Exception {
+      if (server == null) {
+        int port = freePort();
+        server = new ProcessBuilder(bin, "serve", "--listen", "127.0.0.1:" + port, "--metrics-listen", "off",
+            "--log-level", "error", "--operator-token-file", tok.toString(), "--max-buffered-bytes", "1")
+            .inheritIO().start();
+        awaitPort(port);
+        addr = "127.0.0.1:" + port;
+      }
+      return addr;
+    }
+
+    synchronized void stop() throws InterruptedException {
+      if (server != null) {
+        server.destroy();
+        server.waitFor(10, TimeUnit.SECONDS);
+      }
+    }
+  }
+
+  static void awaitPort(int port) throws InterruptedException {
+    for (int i = 0; ; i++) {
+      try (Socket s = new Socket("127.0.0.1", port)) {
+        return;
+      } catch (Exception e) {
+        if (i > 200) throw new IllegalStateException("retryd did not start");
+        Thread.sleep(50);
+      }
+    }
+  }
+
+  static List<String> runOne(String addr, String down, String slow, Shedding shedding, JsonObject sc) throws Exception {
     String name = str(sc, "name");
     String run = Long.toString(System.nanoTime() % 1_000_000_000L);
     String tenant = "t-" + name + "-java-" + run, depName = "d-" + name + "-java-" + run;
@@ -124,7 +168,13 @@ public final class Conformance {
     List<Duration> waits = java.util.Collections.synchronizedList(new ArrayList<>());
     AtomicInteger refusals = new AtomicInteger();
     JsonObject c = sc.getAsJsonObject("call");
-    RetrydClient client = RetrydClient.builder(up ? addr : mode.equals("slow") ? slow : down).catalog(str(c, "catalog")).dependency(depName).tenant(tenant)
+    String target = switch (mode) {
+      case "up" -> addr;
+      case "slow" -> slow;
+      case "shedding" -> shedding.addr();
+      default -> down;
+    };
+    RetrydClient client = RetrydClient.builder(target).catalog(str(c, "catalog")).dependency(depName).tenant(tenant)
         .connectTimeout(Duration.ofMillis(500))
         // Scenarios test the loop, not the 50 ms default (the retryd-down scenarios test the fallback).
         .timeout(Duration.ofSeconds(2))
@@ -236,6 +286,10 @@ public final class Conformance {
     if (e.has("local_refusals_min") && localRefusals < e.get("local_refusals_min").getAsLong()) bad.add("local refusals " + localRefusals + " < " + e.get("local_refusals_min"));
     if (e.has("report_rpcs_max") && reports > e.get("report_rpcs_max").getAsLong()) bad.add("report RPCs " + reports + " > " + e.get("report_rpcs_max"));
     if (e.has("reported_requests") && reported != e.get("reported_requests").getAsLong()) bad.add("reported requests " + reported + " != " + e.get("reported_requests"));
+    // Shed answers and busy skips count from the client's build: shedding scenarios have no setup, and build() makes
+    // this library's warm-up Admit, which a shedding retryd answers first (its advice then holds the call's RPCs back).
+    if (e.has("shed_answers_min") && after.shedAnswers() < e.get("shed_answers_min").getAsLong()) bad.add("shed answers " + after.shedAnswers() + " < " + e.get("shed_answers_min"));
+    if (e.has("busy_skips_min") && after.busySkips() < e.get("busy_skips_min").getAsLong()) bad.add("busy skips " + after.busySkips() + " < " + e.get("busy_skips_min"));
     double waitMs = waits.stream().mapToDouble(d -> d.toNanos() / 1e6).sum();
     if (e.has("runs") && dep.runs != e.get("runs").getAsInt()) bad.add("runs " + dep.runs + " != " + e.get("runs"));
     if (e.has("runs_min") && dep.runs < e.get("runs_min").getAsInt()) bad.add("runs " + dep.runs + " < " + e.get("runs_min"));
@@ -304,14 +358,10 @@ public final class Conformance {
     String addr = "127.0.0.1:" + port;
     Process server = new ProcessBuilder(bin, "serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn",
         "--operator-token-file", tok.toString()).inheritIO().start();
+    Shedding shedding = new Shedding(bin, tok);
     int failed = 0;
     try {
-      for (int i = 0; ; i++) {
-        try (Socket s = new Socket("127.0.0.1", port)) { break; } catch (Exception e) {
-          if (i > 200) throw new IllegalStateException("retryd did not start");
-          Thread.sleep(50);
-        }
-      }
+      awaitPort(port);
       String down = "127.0.0.1:" + freePort();
       // A retryd slower than any timeout: it accepts connections (the kernel does, from the backlog) and never answers.
       ServerSocket slowSocket = new ServerSocket(0, 64, java.net.InetAddress.getLoopbackAddress());
@@ -323,7 +373,7 @@ public final class Conformance {
       for (Path f : files) {
         JsonObject sc = JsonParser.parseString(Files.readString(f)).getAsJsonObject();
         names.add(str(sc, "name"));
-        res.add(pool.submit(() -> runOne(addr, down, slow, sc)));
+        res.add(pool.submit(() -> runOne(addr, down, slow, shedding, sc)));
       }
       for (int i = 0; i < files.size(); i++) {
         List<String> bad;
@@ -348,7 +398,24 @@ public final class Conformance {
       System.out.printf("mirror java (rules, callAsync, widening, stale and synced across a restart): %s (%.1f s)%n",
           mirror.isEmpty() ? "passed" : "FAILED", (System.nanoTime() - m0) / 1e9);
       failed += mirror.size();
+      long s0 = System.nanoTime();
+      List<String> shed = new ArrayList<>(ShedChecks.rules());
+      shed.addAll(ShedChecks.live(shedding.addr()));
+      for (String b : shed) System.out.println("shed java: FAIL " + b);
+      System.out.printf("shed java (advice parser, busy period, a shedding retryd: no Admit/Classify, counts kept, watch waits): %s (%.1f s)%n",
+          shed.isEmpty() ? "passed" : "FAILED", (System.nanoTime() - s0) / 1e9);
+      failed += shed.size();
+      long r0 = System.nanoTime();
+      boolean resumes = ResumeChecks.serverResumes();
+      List<String> resume = new ArrayList<>(ResumeChecks.vectors(root));
+      resume.addAll(ResumeChecks.rules());
+      resume.addAll(ResumeChecks.live(addr, resumes));
+      for (String b : resume) System.out.println("resume java: FAIL " + b);
+      System.out.printf("resume java (vectors, resumed sweep, a widened watch %s): %s (%.1f s)%n",
+          resumes ? "resumes" : "on an older server: full snapshot", resume.isEmpty() ? "passed" : "FAILED", (System.nanoTime() - r0) / 1e9);
+      failed += resume.size();
     } finally {
+      shedding.stop();
       server.destroy();
       server.waitFor(10, TimeUnit.SECONDS);
       Files.deleteIfExists(tok);

@@ -211,11 +211,17 @@ final class MirrorChecks {
         if (e.kind() != RetryRefusedException.Kind.HELD) bad.add("restart: " + e.kind());
       }
       if (c.stats().admitRpcs() != admits) bad.add("restart: the known stop asked Admit");
+      MirrorStats down = c.stats();
       p = serve(bin, port); // a fresh retryd (in-process store): its snapshot has no stop
       // The reconnect's backoff is at most 5 s (plus the snapshot).
       if (!Conformance.waitFor(() -> !c.stats().stale() && c.stats().synced(), Duration.ofSeconds(10))) bad.add("restart: not synced again in 10 s");
       if (!Conformance.waitFor(() -> synced.get() >= 2)) bad.add("restart: synced hook " + synced.get());
       if (c.mirrorHoldsFor(dep) != 0) bad.add("restart: the new snapshot did not replace the old holds");
+      // The reconnect resumed from the stop's digest: the fresh retryd lacks it, so its bucket was resent (empty).
+      long resumed = c.stats().resumedSyncs() - down.resumedSyncs(), resent = c.stats().resentBuckets() - down.resentBuckets();
+      if (ResumeChecks.serverResumes() && (resumed < 1 || resent < 1)) {
+        bad.add("restart: resumed SYNCEDs " + resumed + ", resent buckets " + resent + " (want >= 1 each)");
+      }
     } finally {
       p.destroy();
       p.waitFor(10, TimeUnit.SECONDS);
