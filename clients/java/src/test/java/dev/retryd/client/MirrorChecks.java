@@ -157,6 +157,18 @@ final class MirrorChecks {
         .getDecision().hasHold();
   }
 
+  /** A call on {@code c}'s stopped scope is refused from the mirror: HELD, no Admit RPC, the function never called. */
+  static void refusedLocally(RetrydClient c, String what, List<String> bad) throws Exception {
+    long admits = c.stats().admitRpcs();
+    try {
+      c.call(RetrydClient.Call.<String>write("record.sync").timeout(Duration.ofSeconds(1)), () -> "called");
+      bad.add(what + " let a call through its known stop");
+    } catch (RetryRefusedException e) {
+      if (e.kind() != RetryRefusedException.Kind.HELD) bad.add(what + ": " + e.kind());
+    }
+    if (c.stats().admitRpcs() != admits) bad.add(what + ": the known stop asked Admit");
+  }
+
   /** Against real servers: callAsync from the mirror, widening, stale and synced again across a restart. */
   static List<String> live(String addr, String bin) throws Exception {
     List<String> bad = new ArrayList<>();
@@ -203,14 +215,7 @@ final class MirrorChecks {
       if (!Conformance.waitFor(() -> c.stats().stale())) bad.add("restart: not stale after retryd stopped");
       // The hook runs just after the flag is set (outside the watch's lock).
       if (!Conformance.waitFor(() -> stale.get() >= 1) || stale.get() != 1) bad.add("restart: stale hook " + stale.get());
-      long admits = c.stats().admitRpcs();
-      try {
-        c.call(RetrydClient.Call.<String>write("record.sync").timeout(Duration.ofSeconds(1)), () -> "called");
-        bad.add("restart: a stale mirror let a call through its known stop");
-      } catch (RetryRefusedException e) {
-        if (e.kind() != RetryRefusedException.Kind.HELD) bad.add("restart: " + e.kind());
-      }
-      if (c.stats().admitRpcs() != admits) bad.add("restart: the known stop asked Admit");
+      refusedLocally(c, "restart: a stale mirror", bad);
       MirrorStats down = c.stats();
       p = serve(bin, port); // a fresh retryd (in-process store): its snapshot has no stop
       // The reconnect's backoff is at most 5 s (plus the snapshot).

@@ -167,14 +167,7 @@ final class ResumeChecks {
       if (resumes && (resumed != 1 || resent != 0)) bad.add("resume: resumed SYNCEDs " + resumed + ", resent buckets " + resent + " (want 1, 0)");
       if (!resumes && resumed != 0) bad.add("resume: an older server's SYNCED counted as resumed");
       if (c.mirrorHoldsFor(dep) != 1) bad.add("resume: the stop left the mirror at the new stream's SYNCED");
-      long admits = c.stats().admitRpcs();
-      try {
-        c.call(RetrydClient.Call.<String>write("record.sync").timeout(Duration.ofSeconds(1)), () -> "called");
-        bad.add("resume: a call went through the stop");
-      } catch (RetryRefusedException e) {
-        if (e.kind() != RetryRefusedException.Kind.HELD) bad.add("resume: " + e.kind());
-      }
-      if (c.stats().admitRpcs() != admits) bad.add("resume: the stop was not refused locally (Admit asked)");
+      MirrorChecks.refusedLocally(c, "resume: the resumed mirror", bad);
     }
     return bad;
   }
