@@ -115,11 +115,15 @@ public final class MirrorRestart {
       long[] resync = new long[n];
       for (int i = 0; i < n; i++) resync[i] = (syncedAt.get(i) - restarted) / 1_000_000;
       Arrays.sort(resync);
+      // Each mirror's reconnect resumes from its digests: a retryd whose Redis has the same stop resends nothing.
+      long resumed = clients.stream().mapToLong(c -> c.stats().resumedSyncs()).sum();
+      long resent = clients.stream().mapToLong(c -> c.stats().resentBuckets()).sum();
       System.out.printf("java: retryd killed and restarted (state in Redis) under %d mirror clients during a quota stop:"
           + " %d calls reached the stopped tenant (target 0), %d refused; %d of %d stale while it was away;"
-          + " synced again %s, after the restart in %d..%d ms (median %d ms); away %.1f s%n",
+          + " synced again %s, after the restart in %d..%d ms (median %d ms); away %.1f s;"
+          + " %d resumed snapshots, %d buckets resent%n",
           n, reached.get(), refused.get(), staleNow, n, all ? "all" : "NOT all", resync[0], resync[n - 1], resync[n / 2],
-          (restarted - killed) / 1e9);
+          (restarted - killed) / 1e9, resumed, resent);
     } finally {
       for (RetrydClient c : clients) c.close();
       for (ManagedChannel ch : channels) ch.shutdownNow();
