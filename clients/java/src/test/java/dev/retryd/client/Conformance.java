@@ -139,11 +139,12 @@ public final class Conformance {
       return addr;
     }
 
-    synchronized void stop() throws InterruptedException {
+    /** Asks it to stop (retryd drains for a few seconds: the caller waits for it with the first server). */
+    synchronized Process stop() {
       if (server != null) {
         server.destroy();
-        server.waitFor(10, TimeUnit.SECONDS);
       }
+      return server;
     }
   }
 
@@ -415,9 +416,10 @@ public final class Conformance {
           resumes ? "resumes" : "on an older server: full snapshot", resume.isEmpty() ? "passed" : "FAILED", (System.nanoTime() - r0) / 1e9);
       failed += resume.size();
     } finally {
-      shedding.stop();
+      Process shed = shedding.stop();
       server.destroy();
       server.waitFor(10, TimeUnit.SECONDS);
+      if (shed != null) shed.waitFor(10, TimeUnit.SECONDS);
       Files.deleteIfExists(tok);
       Files.deleteIfExists(tmp);
     }
