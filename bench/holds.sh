@@ -23,6 +23,8 @@
 #    same port, the 10 000 holds placed again (memory state keeps nothing),
 #    and b)'s 2 000 streams opened at once. d) c) under --state redis: the
 #    holds come back from Redis, and each snapshot must hold them all.
+#    e), f): a) and b) after a restart under --state redis, each stream a
+#    mirror resuming from its digests (saved before the kill).
 # 3. The cap: 100 000 holds in force (the default --max-holds): idle CPU over
 #    30 s (<= 3 % of a core), RSS (<= 160 MiB), ListHolds page_size=1 over
 #    200 calls (median and p99 <= 5 ms; also with a dependency filter no
@@ -91,6 +93,8 @@ place() {
 serve_at() {
   local logf="$WORK/$1.log" _ metrics=off
   [[ -n "${3:-}" ]] && metrics="127.0.0.1:$3"
+  # A restart reuses NAME: the old log's "listening on" must not count.
+  rm -f "$logf"
   "$RETRYD" serve --listen "127.0.0.1:$2" --metrics-listen "$metrics" --state "${STATE:-memory}" \
     --hold-placements-per-sec 100000 --dependency-holds-per-sec 100000 --max-watch-streams 2000 2>"$logf" &
   PIDS+=($!)
@@ -140,15 +144,15 @@ part1() {
   kill "$PID_W"; wait "$PID_W" 2>/dev/null || true
 }
 
-# storm PORT PID TAG SECONDS SPREAD: 2 000 reading streams opened at once
-# (SPREAD 0: each watches every hold; N: stream s watches dependency s % N);
-# figures into $WORK/TAG.*.
+# storm PORT PID TAG SECONDS SPREAD [ARGS...]: 2 000 reading streams opened
+# at once (SPREAD 0: each watches every hold; N: stream s watches dependency
+# s % N); figures into $WORK/TAG.*; ARGS go to retryd-load (--resume-digests).
 storm() {
   local cpu0 cpu1
   cpu0="$(cpu_of "$2")"
   sample "$2" "$WORK/$3.rss"
   "$LOAD" --addr "http://127.0.0.1:$1" --call watch --streams 2000 --dependencies "$5" \
-    --source "$(sources 10 49)" -z "$4" >"$WORK/$3.json"
+    --source "$(sources 10 49)" -z "$4" "${@:6}" >"$WORK/$3.json"
   stop_sample
   cpu1="$(cpu_of "$2")"
   echo "$cpu0 $cpu1" >"$WORK/$3.cpu"
@@ -156,7 +160,7 @@ storm() {
 report_storm() {
   local j="$WORK/$1.json"
   say "   streams opened $(json "$j" opened), synced $(json "$j" synced)/2000; all synced after $(json "$j" all_synced_s) s (median $(json "$j" median_synced_s) s; all 2 000 connections up after $(json "$j" 'round(connect_s, 3)') s)"
-  say "   snapshot holds per stream (min, max) $(json "$j" snapshot_holds); events received $(json "$j" messages) ($(json "$j" 'round(messages_per_s)')/s); opens refused $(json "$j" refused); ended early $(json "$j" ended)"
+  say "   snapshot holds per stream (min, max) $(json "$j" snapshot_holds); resumed $(json "$j" resumed) (buckets resent $(json "$j" resent_buckets)); events received $(json "$j" messages) ($(json "$j" 'round(messages_per_s)')/s); opens refused $(json "$j" refused); ended early $(json "$j" ended)"
   say "   server peak RSS $(mib "$(peak "$WORK/$1.rss")") MiB; server CPU $(awk '{ printf "%.2f", $2 - $1 }' "$WORK/$1.cpu") s, load generator CPU $(json "$j" client_cpu_s) s, over the $2 s run"
 }
 
@@ -189,6 +193,18 @@ part2() {
   kill -KILL "$PID_R"; wait "$PID_R" 2>/dev/null || true
   STATE="$REDIS_URL" serve_at R "$port"
   storm "$port" "$PID_R" redis 15s 100
+  # The mirrors' digests, as the 2 000 clients hold them: one stream per
+  # scope is enough (every stream of a scope was sent the same holds).
+  "$LOAD" --addr "http://127.0.0.1:$port" --call watch --streams 1 -z 10s --save-digests "$WORK/all.digests" >"$WORK/save-all.json"
+  "$LOAD" --addr "http://127.0.0.1:$port" --call watch --streams 100 --dependencies 100 --source "$(sources 10 13)" -z 10s --save-digests "$WORK/dep.digests" >"$WORK/save-dep.json"
+  log "part 2: restarts under --state redis, the 2 000 mirrors resuming from their digests"
+  local tag spread
+  for tag in all dep; do
+    spread=0; [[ $tag == dep ]] && spread=100
+    kill -KILL "$PID_R"; wait "$PID_R" 2>/dev/null || true
+    STATE="$REDIS_URL" serve_at R "$port"
+    storm "$port" "$PID_R" "resume-$tag" 15s "$spread" --resume-digests "$WORK/$tag.digests"
+  done
   kill "$PID_R"; wait "$PID_R" 2>/dev/null || true
   say ""
   say "2. Watch capacity (10 000 holds over 100 dependencies; 2 000 reading streams opened at once, one connection each, 40 addresses x 50, so the default --max-watch-streams-per-caller 64 holds)"
@@ -201,6 +217,10 @@ part2() {
   report_storm restart 15
   say "   d) c) under --state redis (one redis-server): kill -9 after the 10 000 holds reached Redis, start again, and the 2 000 streams open as soon as it listens — each snapshot must hold its 100 holds, read back from Redis, before SYNCED:"
   report_storm redis 15
+  say "   e) a) after a restart under --state redis, every stream a client mirror resuming from its bucket digests (WatchHoldsRequest.resume_digests, saved from a stream of the same scope before the kill): each SYNCED must come alone (no bucket differs):"
+  report_storm resume-all 15
+  say "   f) d) the same way (mirrors of one dependency each, resumed):"
+  report_storm resume-dep 15
   say "   targets: peak RSS <= 256 MiB; every stream SYNCED within 10 s of the storm"
 }
 

@@ -295,6 +295,34 @@ pub struct Mirror {
     /// watch's `synced` waits for it, so it never vouches for a replica
     /// just restarted and still empty.
     loaded: tokio::sync::watch::Sender<bool>,
+    /// Bumped before and after every write: a reader that sees the same
+    /// value before and after its reads saw no write (see [`Self::changes`]).
+    changes: AtomicU64,
+}
+
+/// The write lock, bumping [`Mirror::changes`] again when released.
+struct WriteGuard<'a> {
+    guard: std::sync::RwLockWriteGuard<'a, State>,
+    changes: &'a AtomicU64,
+}
+
+impl std::ops::Deref for WriteGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for WriteGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.changes.fetch_add(1, Ordering::Release);
+    }
 }
 
 impl Mirror {
@@ -308,7 +336,15 @@ impl Mirror {
             evicted_pending: AtomicUsize::new(0),
             events: broadcast::channel(4096).0,
             loaded: tokio::sync::watch::Sender::new(true),
+            changes: AtomicU64::new(0),
         }
+    }
+
+    /// A count that moves whenever the holds may have changed: what a
+    /// caller computed from the holds between two equal readings of it is
+    /// still true (a watch's resume digests are cached by it).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// A shared store will load the fleet's holds: the mirror is not
@@ -351,8 +387,12 @@ impl Mirror {
         self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn write(&self) -> WriteGuard<'_> {
+        self.changes.fetch_add(1, Ordering::Release);
+        WriteGuard {
+            guard: self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner),
+            changes: &self.changes,
+        }
     }
 
     fn emit(&self, kind: HoldEventKind, hold: &Hold) {

@@ -19,7 +19,7 @@ pub const WATCH_STREAMS: &str = "retryd_watch_streams";
 pub const WATCH_REFUSED_TOTAL: &str = "retryd_watch_streams_refused_total";
 pub use super::watch_filter::{MAX_WATCH_DEPENDENCIES, MAX_WATCH_TENANTS, WatchFilter};
 pub use super::watch_snapshot::WATCH_RESUMED_TOTAL;
-use super::watch_snapshot::snapshot;
+use super::watch_snapshot::{ResumeCache, snapshot};
 
 /// How watches are bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,8 @@ impl Default for WatchLimits {
 #[derive(Debug, Default)]
 pub struct Watchers {
     open: Mutex<(usize, HashMap<String, usize>)>,
+    /// Resume digests by filter, while the mirror is unchanged.
+    resumes: ResumeCache,
 }
 
 /// One open stream's place; gives it back when dropped.
@@ -129,6 +131,7 @@ impl Service {
         let seat = self.watchers.enter(caller, limits)?;
         let mut draining = self.draining.clone();
         let (out, events) = channel(wire, Box::new(seat), limits.stall_timeout);
+        let watchers = Arc::clone(&self.watchers);
         tokio::spawn(async move {
             // A replica just started under a shared store first reads the
             // fleet's holds in: its snapshot and `synced` wait for that.
@@ -146,7 +149,7 @@ impl Service {
             }
             // Subscribe before the snapshot: a change in between is seen twice, never missed.
             let events = fleet.mirror().subscribe();
-            if snapshot(&fleet, &filter, operator, &out).await {
+            if snapshot(&fleet, &filter, operator, &watchers.resumes, &out).await {
                 follow(&fleet, &filter, operator, &out, events, draining).await;
             }
         });

@@ -5,6 +5,9 @@
 //! a reconnect storm after a restart costs a message per stream, not one
 //! per hold per stream.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use super::watch_filter::WatchFilter;
 use super::watch_out::{Out, WatchWire};
 use crate::core::UnixMillis;
@@ -15,6 +18,10 @@ use crate::fleet::{Fleet, HoldEventKind};
 /// (`none`: the mirror was right, the snapshot was SYNCED alone; `some`).
 pub const WATCH_RESUMED_TOTAL: &str = "retryd_watch_resumed_total";
 
+/// Gauge of filters whose resume digests are cached (at most
+/// [`RESUME_CACHE_FILTERS`]).
+pub const RESUME_CACHE_GAUGE: &str = "retryd_watch_resume_cache_filters";
+
 /// Holds read from the mirror per snapshot page.
 const SNAPSHOT_PAGE: usize = 64;
 
@@ -22,7 +29,13 @@ const SNAPSHOT_PAGE: usize = 64;
 /// dependency when the watch names some: each through its index), then
 /// `synced`. A resumed watch sends only the buckets whose digest differs
 /// from the mirror's, and names them in `synced`.
-pub(super) async fn snapshot<W: WatchWire>(fleet: &Fleet, filter: &WatchFilter, operator: bool, out: &Out<W>) -> bool {
+pub(super) async fn snapshot<W: WatchWire>(
+    fleet: &Fleet,
+    filter: &WatchFilter,
+    operator: bool,
+    resumes: &ResumeCache,
+    out: &Out<W>,
+) -> bool {
     let mut named: Vec<&str> = filter.dependencies.iter().map(String::as_str).collect();
     named.sort_unstable();
     named.dedup();
@@ -34,12 +47,7 @@ pub(super) async fn snapshot<W: WatchWire>(fleet: &Fleet, filter: &WatchFilter, 
     let resent = if filter.resume.is_empty() {
         None
     } else {
-        let now = UnixMillis::now();
-        let mut mine = Vec::new();
-        for &dependency in &scopes {
-            digests_of(fleet, dependency, filter, now, &mut mine).await;
-        }
-        let mine = bucket_digests(mine);
+        let mine = resumes.digests(fleet, filter, &scopes).await;
         let differ: Vec<u32> = (0..RESUME_BUCKETS)
             .filter(|&b| mine[b] != filter.resume[b])
             .map(|b| b as u32)
@@ -63,6 +71,83 @@ pub(super) async fn snapshot<W: WatchWire>(fleet: &Fleet, filter: &WatchFilter, 
         }
     }
     out.send_synced(resent).await
+}
+
+/// Filters whose digests are kept: past it the cache starts again empty.
+pub(super) const RESUME_CACHE_FILTERS: usize = 256;
+
+/// Filter key → (the mirror's `changes` when computed, the 256 digests).
+type Cached = HashMap<[u8; 32], (u64, Arc<Vec<u64>>)>;
+
+/// The server's bucket digests per filter (by a SHA-256 of the filter, so
+/// 256 long dependency lists cost 256 × 32 bytes of keys), each valid
+/// while the mirror's [`crate::fleet::Mirror::changes`] has not moved: a
+/// reconnect storm of 2 000 mirrors of one filter walks the holds once,
+/// not 2 000 times.
+#[derive(Debug, Default)]
+pub(super) struct ResumeCache {
+    by_filter: Mutex<Cached>,
+}
+
+impl ResumeCache {
+    async fn digests(&self, fleet: &Fleet, filter: &WatchFilter, scopes: &[Option<&str>]) -> Arc<Vec<u64>> {
+        let key = filter_key(filter, scopes);
+        let before = fleet.mirror().changes();
+        if let Some((_, d)) = self.lock().get(&key).filter(|(at, _)| *at == before) {
+            return Arc::clone(d);
+        }
+        let now = UnixMillis::now();
+        let mut mine = Vec::new();
+        for &dependency in scopes {
+            digests_of(fleet, dependency, filter, now, &mut mine).await;
+        }
+        let mine = Arc::new(bucket_digests(mine));
+        // Kept only if no write came between: the walk saw one state.
+        if fleet.mirror().changes() == before {
+            let mut cache = self.lock();
+            if cache.len() >= RESUME_CACHE_FILTERS && !cache.contains_key(&key) {
+                cache.clear();
+            }
+            cache.insert(key, (before, Arc::clone(&mine)));
+            metrics::gauge!(RESUME_CACHE_GAUGE).set(cache.len() as f64);
+        }
+        mine
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {
+        self.by_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Filters cached now.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// What a filter selects, hashed (the dependencies as `scopes`: sorted,
+/// deduplicated; the tenants sorted).
+fn filter_key(filter: &WatchFilter, scopes: &[Option<&str>]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut tenants: Vec<&str> = filter.tenants.iter().map(String::as_str).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    let dependencies: Vec<&str> = scopes.iter().flatten().copied().collect();
+    let mut h = Sha256::new();
+    // Every string and list length-prefixed: no two filters hash alike.
+    let mut field = |s: &str| {
+        h.update((s.len() as u64).to_be_bytes());
+        h.update(s.as_bytes());
+    };
+    field(&filter.catalog);
+    field(&filter.tenant);
+    for list in [dependencies, tenants] {
+        field(&list.len().to_string());
+        for x in list {
+            field(x);
+        }
+    }
+    h.finalize().into()
 }
 
 /// Holds visited per read lock while a resume's digests are computed.

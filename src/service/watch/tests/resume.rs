@@ -12,6 +12,7 @@ use crate::core::hold::{Hold, RESUME_BUCKETS, bucket, bucket_digests};
 use crate::fleet::HoldEventKind;
 use crate::service::error::ErrorKind;
 use crate::service::watch::{Plain, WatchEvents, WatchFilter};
+use crate::service::watch_snapshot::RESUME_CACHE_FILTERS;
 
 /// The holds a stream sends before SYNCED, and SYNCED's resent buckets.
 async fn until_synced(events: &mut WatchEvents<Plain>) -> (Vec<Hold>, Option<Vec<u32>>) {
@@ -110,4 +111,46 @@ async fn a_resume_is_256_digests_or_none() {
         .watch_holds(resume(vec![0; RESUME_BUCKETS]), false, "a", Arc::new(Plain))
         .expect("256");
     assert_eq!(until_synced(&mut events).await, (vec![], Some(vec![])));
+}
+
+#[tokio::test]
+async fn a_change_after_a_resume_is_seen_by_the_next_one() {
+    let (s, fleet, _drain) = service(50, Duration::from_secs(10));
+    let mut first = s
+        .watch_holds(WatchFilter::default(), true, "c", Arc::new(Plain))
+        .expect("watch");
+    let (mirror, _) = until_synced(&mut first).await;
+    drop(first);
+    let digests = digests_of(&mirror);
+    for _ in 0..2 {
+        let mut again = s
+            .watch_holds(resume(digests.clone()), true, "c", Arc::new(Plain))
+            .expect("resume");
+        assert_eq!(until_synced(&mut again).await, (vec![], Some(vec![])));
+    }
+    // The digests were cached; a lift moves the mirror on, and the next
+    // resume sees it.
+    fleet.mirror().lift(&mirror[3].id).expect("lifted");
+    let mut after = s
+        .watch_holds(resume(digests), true, "c", Arc::new(Plain))
+        .expect("resume");
+    let (_, resent) = until_synced(&mut after).await;
+    let b = bucket(mirror[3].resume_digest(UnixMillis::now())) as u32;
+    assert_eq!(resent, Some(vec![b]));
+}
+
+#[tokio::test]
+async fn the_resume_cache_keeps_at_most_its_bound_of_filters() {
+    let (s, _fleet, _drain) = service(10, Duration::from_secs(10));
+    for i in 0..RESUME_CACHE_FILTERS + 44 {
+        let filter = WatchFilter {
+            dependencies: vec![format!("dependency-{i}")],
+            resume: vec![0; RESUME_BUCKETS],
+            ..WatchFilter::default()
+        };
+        let mut events = s.watch_holds(filter, true, "c", Arc::new(Plain)).expect("resume");
+        until_synced(&mut events).await;
+        assert!(s.watchers.resumes.len() <= RESUME_CACHE_FILTERS);
+    }
+    assert!(s.watchers.resumes.len() >= 1, "filters are cached");
 }
