@@ -321,6 +321,7 @@ public final class Conformance {
     }
     if (e.has("rejected_field") && !e.get("rejected_field").getAsString().equals(field)) bad.add("rejected field " + field);
     if (e.has("terminal_state") && !e.get("terminal_state").getAsString().equals(terminal)) bad.add("terminal_state " + terminal);
+    if (!bad.isEmpty()) bad.add("(client " + after + ", fallbacks " + client.fallbacks() + ")"); // what the client saw
     return bad;
   }
 
