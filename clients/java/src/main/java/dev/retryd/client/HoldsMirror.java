@@ -52,18 +52,19 @@ final class HoldsMirror {
   static final Ask ASK = new Ask();
   static final Admit ADMIT = new Admit();
 
-  /** One hold as a call reads it; times on the server's clock. */
+  /**
+   * One hold as a call reads it; times on the server's clock. {@code digest}: its resume digest, computed once here
+   * (on the stream's thread) so that reopening a stream only XORs them.
+   */
   record Entry(String id, String catalog, String dependency, String tenant, String method, Scope scope, long until,
-      long nextProbe, boolean probing, Hold hold) {
+      long nextProbe, boolean probing, Hold hold, long digest) {
     static Entry of(Hold h, boolean probing) {
       long until = h.getUntil().getSeconds() * 1000 + h.getUntil().getNanos() / 1_000_000;
       long next = h.hasNextProbeAt()
           ? h.getNextProbeAt().getSeconds() * 1000 + h.getNextProbeAt().getNanos() / 1_000_000 : NONE;
       return new Entry(h.getId(), h.getCatalog(), h.getDependency(), h.getTenant(), h.getMethod(), h.getScope(), until,
-          next, probing || h.getProbing(), h);
+          next, probing || h.getProbing(), h, HoldsMirror.digest(h.getId(), until));
     }
-
-    long digest() { return HoldsMirror.digest(id, until); }
 
     boolean covers(String catalog, String tenant, String method) {
       // A call naming no catalog matches a hold of any: never fewer refusals than Admit.
@@ -281,12 +282,7 @@ final class HoldsMirror {
    * (compare with {@link Long#compareUnsigned}, print with {@link Long#toUnsignedString}).
    */
   static long digest(String id, long untilMillis) {
-    MessageDigest sha;
-    try {
-      sha = MessageDigest.getInstance("SHA-256");
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException("every Java platform has SHA-256", e);
-    }
+    MessageDigest sha = SHA256.get();
     sha.update(id.getBytes(StandardCharsets.UTF_8));
     sha.update((byte) 0);
     byte[] h = sha.digest(Long.toString(untilMillis).getBytes(StandardCharsets.US_ASCII));
@@ -296,6 +292,15 @@ final class HoldsMirror {
     }
     return d;
   }
+
+  /** One SHA-256 per thread (digest() resets it): getInstance per hold would cost as much as the hash. */
+  private static final ThreadLocal<MessageDigest> SHA256 = ThreadLocal.withInitial(() -> {
+    try {
+      return MessageDigest.getInstance("SHA-256");
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException("every Java platform has SHA-256", e);
+    }
+  });
 
   /** A digest's bucket: its first byte (0..255). */
   static int bucket(long digest) {
