@@ -29,8 +29,11 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 mod admit;
+mod busy;
 mod error;
 use admit::fallback_decision;
+use busy::Busy;
+pub use busy::MAX_BUSY;
 use error::rejection;
 pub use error::{Decision, Error};
 mod mappers;
@@ -198,7 +201,8 @@ impl<'a, T> Call<'a, T> {
 pub struct Event {
     /// `admit_refused`, `decision`, `wait`, `read_back`, `fallback`,
     /// `success`; the mirror's `mirror_stale` (its stream is down) and
-    /// `mirror_synced` (a snapshot arrived).
+    /// `mirror_synced` (a snapshot arrived); `retryd_busy` once per busy
+    /// period (retryd shed a call with advice to wait: see [`MAX_BUSY`]).
     pub kind: &'static str,
     /// The attempt (1-based).
     pub attempt: u32,
@@ -342,8 +346,9 @@ impl ClientBuilder {
         };
         let stub = RetryDecisionServiceClient::new(channel);
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        let busy = Arc::new(Busy::new(self.hook.clone()));
         let mirror = self.mirror.then(|| {
-            let m = Mirror::start(stub.clone(), self.hook.clone(), self.max_holds, stopped);
+            let m = Mirror::start(stub.clone(), self.hook.clone(), self.max_holds, stopped, busy.clone());
             // The client's own dependency and tenant are declared at once: the
             // snapshot usually arrives before the first call.
             m.want(
@@ -356,6 +361,7 @@ impl ClientBuilder {
             stub,
             mirror,
             stop,
+            busy,
             counters: Counters::default(),
             catalog: self.catalog,
             dependency: self.dependency,
@@ -403,6 +409,25 @@ pub fn tls_from_env() -> std::io::Result<Option<ClientTlsConfig>> {
 
 type ScopeKey = (String, String, String, String);
 
+/// Why a `Classify` (or `Admit`) got no answer.
+pub(crate) enum NotAnswered {
+    /// Not sent: retryd advised waiting.
+    Busy(String),
+    /// retryd answered this error.
+    Status(tonic::Status),
+    /// Timed out.
+    Failed(String),
+}
+
+impl NotAnswered {
+    pub(crate) fn why(&self) -> String {
+        match self {
+            NotAnswered::Busy(w) | NotAnswered::Failed(w) => w.clone(),
+            NotAnswered::Status(s) => s.message().to_string(),
+        }
+    }
+}
+
 /// What the client sent and decided (kept with the mirror off too).
 #[derive(Default)]
 struct Counters {
@@ -418,6 +443,7 @@ struct Inner {
     mirror: Option<Arc<Mirror>>,
     // Dropped with the client (or set by close): the mirror's stream ends.
     stop: tokio::sync::watch::Sender<bool>,
+    busy: Arc<Busy>,
     counters: Counters,
     catalog: String,
     dependency: String,
@@ -445,10 +471,17 @@ impl Inner {
     }
 
     async fn flush(&self, timeout: Duration) {
+        if !self.busy.remaining().is_zero() {
+            return; // kept for a flush after retryd's advice passes
+        }
         let counts: Vec<pb::OutcomeCount> = match self.counts.lock() {
             Ok(mut m) => m
-                .drain()
+                .keys()
                 .take(1000)
+                .cloned()
+                .collect::<Vec<_>>()
+                .into_iter()
+                .filter_map(|k| m.remove_entry(&k))
                 .map(|((catalog, dependency, tenant, method), c)| pb::OutcomeCount {
                     catalog,
                     dependency,
@@ -472,7 +505,57 @@ impl Inner {
             counts,
             ..Default::default()
         };
-        let _ = tokio::time::timeout(timeout, stub.report_outcomes(req)).await;
+        if let Ok(Err(s)) = tokio::time::timeout(timeout, stub.report_outcomes(req.clone())).await {
+            self.busy.note(&s);
+            // Shed or away: the call was not started; the batch goes back
+            // for the next flush (summed into the counts, whose bound it keeps).
+            if matches!(s.code(), tonic::Code::ResourceExhausted | tonic::Code::Unavailable) {
+                if let Ok(mut m) = self.counts.lock() {
+                    for c in req.counts {
+                        let e = m.entry((c.catalog, c.dependency, c.tenant, c.method)).or_default();
+                        e[0] += c.requests;
+                        e[1] += c.successes;
+                        e[2] += c.failures;
+                    }
+                }
+            }
+        }
+    }
+
+    /// retryd advised waiting: the RPC is not sent; counted (and as a
+    /// fallback: the client decides alone), not said per call.
+    pub(crate) fn skip_busy(&self) -> Option<Duration> {
+        let left = self.busy.remaining();
+        if left.is_zero() {
+            return None;
+        }
+        self.busy.skips.fetch_add(1, Ordering::Relaxed);
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        Some(left)
+    }
+
+    /// `Classify` within the RPC timeout: `Err(why)` when it was not
+    /// answered (`busy`: not sent, retryd advised waiting; else it failed or
+    /// timed out), a shed answer noted.
+    pub(crate) async fn classify(
+        &self,
+        req: pb::ClassifyRequest,
+        deadline: Option<Instant>,
+    ) -> Result<pb::Decision, NotAnswered> {
+        if let Some(left) = self.skip_busy() {
+            return Err(NotAnswered::Busy(format!(
+                "retryd busy: it advised waiting {left:?}; not asked"
+            )));
+        }
+        let mut stub = self.stub.clone();
+        match tokio::time::timeout(self.rpc_timeout(deadline), stub.classify(req)).await {
+            Ok(Ok(r)) => Ok(r.into_inner().decision.unwrap_or_default()),
+            Ok(Err(s)) => {
+                self.busy.note(&s);
+                Err(NotAnswered::Status(s))
+            }
+            Err(_) => Err(NotAnswered::Failed("timed out".into())),
+        }
     }
 
     fn event(&self, e: Event) {
@@ -522,7 +605,7 @@ impl Client {
         }
     }
 
-    /// Times retryd was unreachable or slow and the client decided alone.
+    /// Times retryd was unreachable, slow or busy and the client decided alone.
     pub fn fallbacks(&self) -> u64 {
         self.inner.fallbacks.load(Ordering::Relaxed)
     }
@@ -539,6 +622,12 @@ impl Client {
         if let Some(m) = &self.inner.mirror {
             m.close();
         }
+        // Reports are not sent while retryd's advice to wait runs: wait for
+        // it at closing, within the second the last flush has.
+        let left = self.inner.busy.remaining();
+        if !left.is_zero() && left < Duration::from_secs(1) {
+            tokio::time::sleep(left).await;
+        }
         self.inner.flush(Duration::from_secs(1)).await;
     }
 
@@ -551,6 +640,8 @@ impl Client {
             local_refusals: k.local_refusals.load(Ordering::Relaxed),
             report_rpcs: k.report_rpcs.load(Ordering::Relaxed),
             reported_requests: k.reported_requests.load(Ordering::Relaxed),
+            shed_answers: self.inner.busy.answers.load(Ordering::Relaxed),
+            busy_skips: self.inner.busy.skips.load(Ordering::Relaxed),
             ..Default::default()
         };
         if let Some(m) = &self.inner.mirror {
@@ -634,27 +725,27 @@ impl Client {
                     failure: Some(failure.clone()),
                     locale: inner.locale.clone(),
                 };
-                let mut stub = inner.stub.clone();
-                let resp = match tokio::time::timeout(inner.rpc_timeout(deadline), stub.classify(req)).await {
-                    Ok(Ok(r)) => r.into_inner().decision.unwrap_or_default(),
-                    Ok(Err(s)) if rejection::<E>(&s, None).is_some() => {
+                let resp = match inner.classify(req, deadline).await {
+                    Ok(d) => d,
+                    Err(NotAnswered::Status(s)) if rejection::<E>(&s, None).is_some() => {
                         return Err(rejection(&s, Some(err)).expect("checked above"));
                     }
-                    other => {
+                    Err(other) => {
                         if past(Duration::ZERO) {
                             return Err(Error::DeadlineExceeded { source: Some(err) });
                         }
-                        let why = match other {
-                            Ok(Err(s)) => s.message().to_string(),
-                            _ => "timed out".to_string(),
-                        };
+                        // a busy period is said once (`retryd_busy`), not per call
+                        let said = !matches!(other, NotAnswered::Busy(_));
+                        let why = other.why();
                         let may =
                             failure.operation == pb::OperationKind::Read as i32 || failure.idempotency_key_enforced;
                         if !may || attempt >= inner.fallback.max_attempts {
-                            inner.event(Event {
-                                detail: format!("Classify failed: {why}"),
-                                ..Event::new("fallback", attempt)
-                            });
+                            if said {
+                                inner.event(Event {
+                                    detail: format!("Classify failed: {why}"),
+                                    ..Event::new("fallback", attempt)
+                                });
+                            }
                             let decision = fallback_decision(&why, failure.operation == pb::OperationKind::Read as i32);
                             return Err(Error::Unavailable {
                                 decision: Box::new(decision),
@@ -662,11 +753,13 @@ impl Client {
                             });
                         }
                         let w = inner.fallback_wait(attempt);
-                        inner.event(Event {
-                            wait: w,
-                            detail: format!("Classify failed: {why}"),
-                            ..Event::new("fallback", attempt)
-                        });
+                        if said {
+                            inner.event(Event {
+                                wait: w,
+                                detail: format!("Classify failed: {why}"),
+                                ..Event::new("fallback", attempt)
+                            });
+                        }
                         break w;
                     }
                 };

@@ -231,7 +231,11 @@ async fn setup(client: &Client, sc: &Value, tenant: &str, dep: &str) -> Result<(
     Ok(())
 }
 
-async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<String> {
+/// A second retryd that sheds every call with advice (`--max-buffered-bytes
+/// 1`), started once, when a scenario needs it.
+type Shedding = Arc<tokio::sync::OnceCell<support::Retryd>>;
+
+async fn run_one(addr: String, down: String, slow: String, shedding: Shedding, sc: Value) -> Vec<String> {
     let name = sc["name"].as_str().unwrap().to_string();
     let run = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -242,6 +246,26 @@ async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<Str
     let target = match sc["retryd"].as_str().unwrap_or("up") {
         "up" => addr.clone(),
         "slow" => slow,
+        "shedding" => {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let policy = root.join("clients/conformance/policies");
+            let Some(bin) = support::binary() else {
+                return vec!["no retryd binary".into()];
+            };
+            let srv = shedding
+                .get_or_init(|| async move {
+                    support::start_with(
+                        &bin,
+                        "conf-rust-shed",
+                        TOKEN,
+                        Some(&policy),
+                        &["--max-buffered-bytes", "1"],
+                    )
+                    .await
+                })
+                .await;
+            srv.addr.clone()
+        }
         _ => down,
     };
     let waits: Arc<Mutex<Vec<Duration>>> = Arc::default();
@@ -423,6 +447,17 @@ async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<Str
     if let Some(n) = e["report_rpcs_max"].as_u64() {
         want(reports <= n, format!("ReportOutcomes RPCs {reports} > {n}"));
     }
+    // Shed answers and busy skips over the client's life: its mirror's
+    // stream, opened at connect, may be the RPC that met the shed server first.
+    if let Some(n) = e["shed_answers_min"].as_u64() {
+        want(
+            after.shed_answers >= n,
+            format!("shed answers {} < {n}", after.shed_answers),
+        );
+    }
+    if let Some(n) = e["busy_skips_min"].as_u64() {
+        want(after.busy_skips >= n, format!("busy skips {} < {n}", after.busy_skips));
+    }
     let reported = after.reported_requests - before.reported_requests;
     if let Some(n) = e["reported_requests"].as_u64() {
         want(reported == n, format!("reported first attempts {reported} != {n}"));
@@ -487,12 +522,13 @@ async fn conformance() {
     files.sort();
     let t0 = std::time::Instant::now();
     let mut tasks = Vec::new();
+    let shedding = Shedding::default();
     for f in &files {
         let sc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
         let name = sc["name"].as_str().unwrap().to_string();
         tasks.push((
             name,
-            tokio::spawn(run_one(addr.clone(), down.clone(), slow.clone(), sc)),
+            tokio::spawn(run_one(addr.clone(), down.clone(), slow.clone(), shedding.clone(), sc)),
         ));
     }
     let mut failed = 0;
@@ -511,5 +547,6 @@ async fn conformance() {
         t0.elapsed().as_secs_f64()
     );
     drop(server);
+    drop(shedding);
     assert_eq!(failed, 0, "conformance scenarios failed");
 }

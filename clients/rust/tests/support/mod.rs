@@ -51,7 +51,14 @@ pub fn binary() -> Option<PathBuf> {
 
 /// Starts retryd with an operator token file holding `token`, and the
 /// catalogs of `policy` (RETRYD_POLICY) on top of the embedded ones.
+#[allow(dead_code)] // not every test binary starts one plainly
 pub async fn start(bin: &Path, name: &str, token: &str, policy: Option<&Path>) -> Retryd {
+    start_with(bin, name, token, policy, &[]).await
+}
+
+/// [`start`] with more `serve` flags (e.g. `--max-buffered-bytes 1`: a
+/// retryd that sheds every call with advice).
+pub async fn start_with(bin: &Path, name: &str, token: &str, policy: Option<&Path>, flags: &[&str]) -> Retryd {
     let dir = std::env::temp_dir().join(format!("retryd-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let tok = dir.join("operator.token");
@@ -73,6 +80,7 @@ pub async fn start(bin: &Path, name: &str, token: &str, policy: Option<&Path>) -
         ])
         .arg("--operator-token-file")
         .arg(&tok)
+        .args(flags)
         .kill_on_drop(true)
         .spawn()
         .unwrap();
