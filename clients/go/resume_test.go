@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/retryd/retryd/clients/go/internal/retrydtest"
 	pb "github.com/retryd/retryd/clients/go/retrydv1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -105,7 +104,7 @@ func TestResumedSyncReplacesOnlyTheResentBuckets(t *testing.T) {
 // the digests, the new SYNCED is resumed with nothing resent, and the hold
 // still refuses locally.
 func TestMirrorResumesAfterWideningAgainstRetryd(t *testing.T) {
-	addr := startRetryd(t)
+	addr := retrydtest.Serve(t)
 	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
 	dep, tenant := "d-resume-go-"+run, "t-resume-go-"+run
 	c, err := New(addr, WithCatalog("frontspin"), WithDependency(dep), WithTenant(tenant), WithTimeout(2*time.Second))
@@ -142,43 +141,5 @@ func TestMirrorResumesAfterWideningAgainstRetryd(t *testing.T) {
 	if !errors.As(err, &re) || re.Reason != RefusedHeld || c.Stats().LocalRefusals != s.LocalRefusals+1 ||
 		c.Stats().AdmitRPCs != s.AdmitRPCs {
 		t.Fatalf("after the resume the hold must refuse locally: %v, %+v", err, c.Stats())
-	}
-}
-
-// startRetryd runs RETRYD_BIN (else this checkout's target/debug/retryd) on
-// a free port; without one the test is skipped, unless
-// RETRYD_CONFORMANCE_REQUIRED is set (run.sh and CI set it).
-func startRetryd(t *testing.T) string {
-	bin := os.Getenv("RETRYD_BIN")
-	if bin == "" {
-		bin = "../../target/debug/retryd"
-	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("RETRYD_CONFORMANCE_REQUIRED") != "" {
-			t.Fatalf("no retryd at %s", bin)
-		}
-		t.Skipf("no retryd at %s; set RETRYD_BIN", bin)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	srv := exec.Command(bin, "serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn")
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-	for i := 0; ; i++ {
-		if conn, err := net.Dial("tcp", addr); err == nil {
-			conn.Close()
-			return addr
-		}
-		if i > 200 {
-			t.Fatalf("retryd did not listen on %s", addr)
-		}
-		time.Sleep(25 * time.Millisecond)
 	}
 }

@@ -159,23 +159,7 @@ async fn setup(client: &Client, sc: &Value, tenant: &str, dep: &str) -> Result<(
     for step in sc["setup"].as_array().cloned().unwrap_or_default() {
         if let Some(p) = step.get("place_quota_stop") {
             let at = SystemTime::now() + Duration::from_millis(p["resets_in_ms"].as_u64().unwrap());
-            let f = pb::Failure {
-                catalog: "frontspin".into(),
-                code: "RATE_LIMITED".into(),
-                operation: pb::OperationKind::Write as i32,
-                attempt: 1,
-                tenant: tenant.into(),
-                dependency: dep.into(),
-                quota_resets_at: Some(at.into()),
-                ..Default::default()
-            };
-            let d = stub
-                .classify(pb::ClassifyRequest {
-                    failure: Some(f),
-                    locale: String::new(),
-                })
-                .await
-                .unwrap();
+            let d = stub.classify(support::quota_stop(tenant, dep, at)).await.unwrap();
             assert!(d.into_inner().decision.unwrap().hold.is_some(), "setup placed no hold");
             // The stop stands for one placed elsewhere in the fleet: it reaches
             // the mirror by its watch event, within milliseconds (a call in that

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 mod support;
 
-use retryd_client::{Call, Client, DependencyError, Error, pb};
+use retryd_client::{Call, Client, DependencyError, Error};
 
 async fn within<F: std::future::Future>(f: F) -> Result<F::Output, tokio::time::error::Elapsed> {
     tokio::time::timeout(Duration::from_secs(5), f).await
@@ -24,24 +24,8 @@ async fn the_mirror_resumes_after_widening_and_keeps_refusing() {
         .timeout(Duration::from_secs(2))
         .connect()
         .await;
-    let f = pb::Failure {
-        catalog: "frontspin".into(),
-        code: "RATE_LIMITED".into(),
-        operation: pb::OperationKind::Write as i32,
-        attempt: 1,
-        tenant: tenant.into(),
-        dependency: dep.into(),
-        quota_resets_at: Some((SystemTime::now() + Duration::from_secs(600)).into()),
-        ..Default::default()
-    };
-    let placed = c
-        .stub()
-        .classify(pb::ClassifyRequest {
-            failure: Some(f),
-            locale: String::new(),
-        })
-        .await
-        .unwrap();
+    let stop = support::quota_stop(tenant, dep, SystemTime::now() + Duration::from_secs(600));
+    let placed = c.stub().classify(stop).await.unwrap();
     assert!(placed.into_inner().decision.unwrap().hold.is_some(), "no hold placed");
     within(c.watch([dep], [tenant])).await.unwrap().unwrap();
     within(async {

@@ -4,6 +4,26 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The failure that places a tenant quota stop until `resets_at`
+/// (frontspin `RATE_LIMITED` with the dependency's own reset time).
+#[allow(dead_code)] // not every test binary places one
+pub fn quota_stop(tenant: &str, dep: &str, resets_at: std::time::SystemTime) -> retryd_client::pb::ClassifyRequest {
+    use retryd_client::pb;
+    pb::ClassifyRequest {
+        failure: Some(pb::Failure {
+            catalog: "frontspin".into(),
+            code: "RATE_LIMITED".into(),
+            operation: pb::OperationKind::Write as i32,
+            attempt: 1,
+            tenant: tenant.into(),
+            dependency: dep.into(),
+            quota_resets_at: Some(resets_at.into()),
+            ..Default::default()
+        }),
+        locale: String::new(),
+    }
+}
+
 /// A running retryd; killed when dropped.
 pub struct Retryd {
     pub addr: String,
