@@ -215,11 +215,7 @@ async fn setup(client: &Client, sc: &Value, tenant: &str, dep: &str) -> Result<(
     Ok(())
 }
 
-/// A second retryd that sheds every call with advice (`--max-buffered-bytes
-/// 1`), started once, when a scenario needs it.
-type Shedding = Arc<tokio::sync::OnceCell<support::Retryd>>;
-
-async fn run_one(addr: String, down: String, slow: String, shedding: Shedding, sc: Value) -> Vec<String> {
+async fn run_one(addr: String, down: String, slow: String, shedding: Option<String>, sc: Value) -> Vec<String> {
     let name = sc["name"].as_str().unwrap().to_string();
     let run = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -230,26 +226,10 @@ async fn run_one(addr: String, down: String, slow: String, shedding: Shedding, s
     let target = match sc["retryd"].as_str().unwrap_or("up") {
         "up" => addr.clone(),
         "slow" => slow,
-        "shedding" => {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let policy = root.join("clients/conformance/policies");
-            let Some(bin) = support::binary() else {
-                return vec!["no retryd binary".into()];
-            };
-            let srv = shedding
-                .get_or_init(|| async move {
-                    support::start_with(
-                        &bin,
-                        "conf-rust-shed",
-                        TOKEN,
-                        Some(&policy),
-                        &["--max-buffered-bytes", "1"],
-                    )
-                    .await
-                })
-                .await;
-            srv.addr.clone()
-        }
+        "shedding" => match shedding {
+            Some(a) => a,
+            None => return vec!["no shedding retryd".into()],
+        },
         _ => down,
     };
     let waits: Arc<Mutex<Vec<Duration>>> = Arc::default();
@@ -504,15 +484,28 @@ async fn conformance() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
+    let scenarios: Vec<Value> = files
+        .iter()
+        .map(|f| serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap())
+        .collect();
+    // A second retryd that sheds every call with advice (`--max-buffered-bytes
+    // 1`), started once if a scenario needs it, before the scenarios start
+    // together (its start would compete with their first calls).
+    let shedding = match scenarios.iter().any(|sc| sc["retryd"] == "shedding") {
+        true => {
+            let flags = ["--max-buffered-bytes", "1"];
+            Some(support::start_with(&bin, "conf-rust-shed", TOKEN, Some(&policy), &flags).await)
+        }
+        false => None,
+    };
     let t0 = std::time::Instant::now();
     let mut tasks = Vec::new();
-    let shedding = Shedding::default();
-    for f in &files {
-        let sc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+    for sc in scenarios {
         let name = sc["name"].as_str().unwrap().to_string();
+        let shed = shedding.as_ref().map(|s| s.addr.clone());
         tasks.push((
             name,
-            tokio::spawn(run_one(addr.clone(), down.clone(), slow.clone(), shedding.clone(), sc)),
+            tokio::spawn(run_one(addr.clone(), down.clone(), slow.clone(), shed, sc)),
         ));
     }
     let mut failed = 0;

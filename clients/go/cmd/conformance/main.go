@@ -37,7 +37,7 @@ import (
 var slow string
 
 // shedding: a second retryd that sheds every call with advice
-// (--max-buffered-bytes 1), started once, when a scenario needs it.
+// (--max-buffered-bytes 1), started once, if a scenario needs it.
 var (
 	shedOnce              sync.Once
 	shedAddr, shedErr     string
@@ -618,6 +618,16 @@ func main() {
 	}
 	defer ln.Close()
 	slow = ln.Addr().String()
+	// The shedding retryd, if a scenario needs it, starts before the
+	// scenarios start together (its start would compete with their first calls).
+	for _, sc := range scs {
+		if sc.Retryd == "shedding" {
+			if _, err := shedding(); err != nil {
+				panic(err)
+			}
+			break
+		}
+	}
 	t0 := time.Now()
 	res := make([][]string, len(scs))
 	var wg sync.WaitGroup
