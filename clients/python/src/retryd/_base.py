@@ -34,6 +34,7 @@ class _Base:
         self._tls = tls
         self._mirror_on = mirror
         self._busy = Busy()
+        self._held_back_fn = self._held_back  # bound once: _flush runs on every call
         self._mirror = Mirror(mirror_max_holds, on_change=self._mirror_changed, busy=self._busy)
         self._mirror.want((dependency or "",), (tenant or "",))
 

@@ -141,7 +141,7 @@ class Client(_Base):
             return ("err", e)
 
     def _flush(self, force: bool) -> None:
-        req = self._counts.take(force, self._held_back)
+        req = self._counts.take(force, self._held_back_fn)
         if req is not None:
             self._sent("report", req)
             fut = self._stub.ReportOutcomes.future(req, timeout=max(self.timeout, 1.0) if force else self.timeout)
@@ -153,7 +153,10 @@ class Client(_Base):
                     pass
 
     def _reported(self, fut: Any, req: Any) -> None:
-        err = fut.exception()
+        try:
+            err = fut.exception()
+        except grpc.FutureCancelledError:  # the channel closed under it
+            return
         if err is not None and self._shed(err):
             self._counts.put_back(req)  # shed, not lost: the next flush after the advice sends it
 
@@ -299,7 +302,7 @@ class AsyncClient(_Base):
             return ("err", e)
 
     def _flush(self, force: bool) -> None:
-        req = self._counts.take(force, self._held_back)
+        req = self._counts.take(force, self._held_back_fn)
         if req is not None:
             self._sent("report", req)
 
