@@ -1,16 +1,14 @@
 // Resuming the holds mirror by bucket digests: the shared vectors, the mirror's sweep at a
 // resumed SYNCED (scripted streams), then a widening against the real retryd (RETRYD_BIN).
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { EventEmitter } from "node:events";
 import { readFileSync } from "node:fs";
-import net from "node:net";
 import test from "node:test";
-import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as retryd from "../dist/esm/index.js";
 import { Mirror } from "../dist/esm/mirror.js";
 import { bucket, bucketDigests, digest } from "../dist/esm/resume.js";
+import { startRetryd } from "./retryd.mjs";
 
 test("digests match the shared vectors", () => {
   const v = JSON.parse(readFileSync(new URL("../../conformance/resume_vectors.json", import.meta.url), "utf8"));
@@ -82,10 +80,7 @@ test("a hold lifted on the resuming stream is dropped; not resumed sweeps as bef
 });
 
 test("against retryd: a widening resumes and the hold still refuses locally", async () => {
-  const bin = process.env.RETRYD_BIN ?? fileURLToPath(new URL("../../../target/debug/retryd", import.meta.url));
-  const port = await new Promise((r) => { const s = net.createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => r(p)); }); });
-  const addr = `127.0.0.1:${port}`;
-  const server = spawn(bin, ["serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn"], { stdio: "ignore" });
+  const { proc: server, addr } = await startRetryd();
   try {
     const c0 = new retryd.Client(addr, { mirror: false, timeoutMs: 5000, connectTimeoutMs: 10_000 });
     await new Promise((r) => c0.stub.waitForReady(Date.now() + 10_000, r));

@@ -1,13 +1,11 @@
 // retryd's own shed advice: the parser, then the client against a real retryd that sheds every
 // call (--max-buffered-bytes 1; RETRYD_BIN, default target/debug/retryd of this checkout).
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import net from "node:net";
 import { after, before, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as retryd from "../dist/esm/index.js";
 import { Busy, MAX_ADVICE_MS, shedAdvice } from "../dist/esm/busy.js";
+import { startRetryd } from "./retryd.mjs";
 
 // google.rpc.Status{code, details: [Any{RetryInfo{retry_delay: Duration{seconds, nanos}}}]}, encoded by hand.
 function retryInfo(seconds, nanos = 0) {
@@ -56,19 +54,8 @@ test("busy: the later instant wins; a period starts once", async () => {
   assert.equal(b.advise(10), true);
 });
 
-const bin = process.env.RETRYD_BIN ?? fileURLToPath(new URL("../../../target/debug/retryd", import.meta.url));
 let server, addr;
-before(async () => {
-  const port = await new Promise((r) => { const s = net.createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => r(p)); }); });
-  addr = `127.0.0.1:${port}`;
-  server = spawn(bin, ["serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn", "--max-buffered-bytes", "1"], { stdio: "ignore" });
-  for (let i = 0; ; i++) {
-    const ok = await new Promise((r) => { const c = net.connect(port, "127.0.0.1", () => { c.end(); r(true); }); c.on("error", () => r(false)); });
-    if (ok) break;
-    if (i > 200) throw new Error("retryd did not start");
-    await new Promise((r) => setTimeout(r, 50));
-  }
-});
+before(async () => { ({ proc: server, addr } = await startRetryd("--max-buffered-bytes", "1")); });
 after(() => server.kill("SIGKILL"));
 
 test("against a shedding retryd: one Admit, then nothing sent until the advice passes; batches kept", async () => {

@@ -2,9 +2,6 @@
 resumed SYNCED (no I/O), then a widening against the real retryd (RETRYD_BIN)."""
 
 import json
-import os
-import subprocess
-import tempfile
 import time
 import unittest
 
@@ -16,7 +13,7 @@ from retryd._resume import bucket, bucket_digests, digest
 from retryd.v1 import retryd_pb2 as pb
 from retryd.v1 import retryd_pb2_grpc as pb_grpc
 from test_mirror import ev, hold
-from test_tenacity import ROOT, free_port
+from test_tenacity import ROOT, start_retryd
 
 
 class Vectors(unittest.TestCase):
@@ -96,16 +93,11 @@ class ResumeSweep(unittest.TestCase):
 
 class AgainstRetryd(unittest.TestCase):
     def test_widening_resumes_and_the_hold_still_refuses_locally(self) -> None:
-        binary = os.environ.get("RETRYD_BIN") or str(ROOT / "target" / "debug" / "retryd")
-        log = tempfile.TemporaryFile()
+        proc, addr, log = start_retryd()
         self.addCleanup(log.close)
-        addr = f"127.0.0.1:{free_port()}"
-        proc = subprocess.Popen([binary, "serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn"],
-                                stdout=subprocess.DEVNULL, stderr=log)
         self.addCleanup(lambda: (proc.kill(), proc.wait(30)))
         ch = grpc.insecure_channel(addr)
         self.addCleanup(ch.close)
-        grpc.channel_ready_future(ch).result(timeout=30)
         stub = pb_grpc.RetryDecisionServiceStub(ch)
         # Does this server resume? (one predating it answers resumed false: the fallback path)
         probe = stub.WatchHolds(pb.WatchHoldsRequest(dependencies=["probe"], resume_digests=[0] * 256), timeout=5)

@@ -2,19 +2,15 @@
 that sheds every call (`--max-buffered-bytes 1`, RETRYD_BIN)."""
 
 import asyncio
-import os
-import subprocess
-import tempfile
 import time
 import unittest
 
-import grpc
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 import retryd
 from retryd._busy import MAX_ADVICE, Busy, shed_advice
-from test_tenacity import ROOT, free_port
+from test_tenacity import start_retryd
 
 
 def details(seconds: int, nanos: int = 0) -> bytes:
@@ -61,12 +57,7 @@ class Advice(unittest.TestCase):
 class AgainstShedding(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
-        binary = os.environ.get("RETRYD_BIN") or str(ROOT / "target" / "debug" / "retryd")
-        cls.log = tempfile.TemporaryFile()
-        cls.addr = f"127.0.0.1:{free_port()}"
-        cls.proc = subprocess.Popen([binary, "serve", "--listen", cls.addr, "--metrics-listen", "off", "--log-level",
-                                     "warn", "--max-buffered-bytes", "1"], stdout=subprocess.DEVNULL, stderr=cls.log)
-        grpc.channel_ready_future(grpc.insecure_channel(cls.addr)).result(timeout=30)
+        cls.proc, cls.addr, cls.log = start_retryd("--max-buffered-bytes", "1")
 
     @classmethod
     def tearDownClass(cls) -> None:
