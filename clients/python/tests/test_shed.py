@@ -77,7 +77,12 @@ class AgainstShedding(unittest.TestCase):
             if len(runs) == 1:
                 raise retryd.DependencyError("BITRIX_UNAVAILABLE")
             return "ok"
-        self.assertEqual(c.call(fails_once, operation="read", method="crm.deal.get"), "ok")
+        with self.assertLogs("retryd", "WARNING") as logs:
+            self.assertEqual(c.call(fails_once, operation="read", method="crm.deal.get"), "ok")
+        # One warning for the busy period and one for the shed Admit's fallback; the calls not
+        # sent meanwhile are logged at debug, not once each.
+        self.assertEqual(len(logs.records), 2, logs.output)
+        self.assertEqual(sum("busy (RESOURCE_EXHAUSTED)" in m for m in logs.output), 1, logs.output)
         st = c.stats()
         # Admit was sent and shed; the Classify and the second Admit were not sent.
         self.assertEqual((st.admit_rpcs, st.shed_answers), (1, 1))
