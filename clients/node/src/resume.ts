@@ -2,15 +2,18 @@
 // mirror already has, so retryd resends only the buckets that differ (after a restart a mirror
 // that is right costs one message, not one per hold). The vectors every library checks are in
 // clients/conformance/resume_vectors.json.
-import { createHash } from "node:crypto";
+import * as crypto from "node:crypto";
 
 export const BUCKETS = 256;
 
 /** First 8 bytes, big-endian, of SHA-256(id UTF-8, 0x00, `until` in Unix ms as decimal ASCII). */
 export function digest(id: string, untilMs: number): bigint {
-  return createHash("sha256").update(id, "utf8").update(ZERO).update(String(untilMs), "ascii").digest().readBigUInt64BE(0);
+  const text = `${id}\u0000${untilMs}`; // a string hashes as its UTF-8
+  // crypto.hash (Node >= 20.12) is about twice as fast as a Hash object; 18 has only the latter.
+  const out = oneShot ? oneShot("sha256", text, "buffer") : crypto.createHash("sha256").update(text, "utf8").digest();
+  return out.readBigUInt64BE(0);
 }
-const ZERO = Buffer.from([0]);
+const oneShot = (crypto as { hash?: (alg: string, data: string, enc: "buffer") => Buffer }).hash;
 
 /** A digest's bucket: its first byte. */
 export const bucket = (d: bigint): number => Number(d >> 56n);
