@@ -1,10 +1,12 @@
 // retryd's own shed advice: the parser, then the client against a real retryd that sheds every
 // call (--max-buffered-bytes 1; RETRYD_BIN, default target/debug/retryd of this checkout).
 import assert from "node:assert/strict";
+import { EventEmitter } from "node:events";
 import { after, before, test } from "node:test";
 import * as grpc from "@grpc/grpc-js";
 import * as retryd from "../dist/esm/index.js";
 import { Busy, MAX_ADVICE_MS, shedAdvice } from "../dist/esm/busy.js";
+import { Mirror } from "../dist/esm/mirror.js";
 import { startRetryd } from "./retryd.mjs";
 
 // google.rpc.Status{code, details: [Any{RetryInfo{retry_delay: Duration{seconds, nanos}}}]}, encoded by hand.
@@ -52,6 +54,21 @@ test("busy: the later instant wins; a period starts once", async () => {
   await new Promise((r) => setTimeout(r, 250));
   assert.equal(b.active(), false);
   assert.equal(b.advise(10), true);
+});
+
+test("the watch reopens no earlier than retryd's advice", async () => {
+  const streams = [];
+  const stub = { WatchHolds(req) { const s = Object.assign(new EventEmitter(), { req, cancel() {} }); streams.push(s); return s; } };
+  const busy = new Busy(), m = new Mirror(stub, 10_000, () => {}, busy);
+  m.want(["d"], ["t"]);
+  assert.equal(streams.length, 1);
+  busy.advise(400);
+  streams[0].emit("error", Object.assign(new Error("shed"), { code: grpc.status.RESOURCE_EXHAUSTED })); // backoff alone: <= 100 ms
+  await new Promise((r) => setTimeout(r, 250));
+  assert.equal(streams.length, 1);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(streams.length, 2);
+  m.close();
 });
 
 let server, addr;

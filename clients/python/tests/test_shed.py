@@ -10,6 +10,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 import retryd
 from retryd._busy import MAX_ADVICE, Busy, shed_advice
+from retryd._mirror import Mirror
 from test_tenacity import start_retryd
 
 
@@ -52,6 +53,22 @@ class Advice(unittest.TestCase):
         time.sleep(0.25)
         self.assertFalse(b.active())
         self.assertTrue(b.advise(0.01))
+
+
+class WatchBackoff(unittest.TestCase):
+    def test_the_watch_reopens_no_earlier_than_the_advice(self) -> None:
+        busy = Busy()
+        m = Mirror(busy=busy)
+        m.want(["d"], ["t"])
+        gen, _ = m.begin(lambda: None)
+        m.ended(gen)  # the stream failed: full-jitter backoff from 100 ms
+        step, secs = m.next_step()
+        self.assertEqual(step, "backoff")
+        self.assertLessEqual(secs, 0.1)
+        busy.advise(0.5)
+        step, secs = m.next_step()
+        self.assertEqual(step, "backoff")
+        self.assertGreater(secs, 0.45)
 
 
 class AgainstShedding(unittest.TestCase):
