@@ -218,6 +218,7 @@ export class Mirror {
     const g = this.gens.get(gen)!;
     switch (ev.kind) {
       case "HOLD_EVENT_KIND_SYNCED": {
+        this.droppedDeps.clear(); // synced again; a hold the resumed merge below drops to the cap stays marked
         if (!live) {
           if (g.resuming && ev.resumed) this.keepUnsent(holds, ev.resent_buckets ?? []);
           // The new stream's snapshot is the truth: it replaces the old mirror.
@@ -226,7 +227,6 @@ export class Mirror {
           this.liveGen = gen; this.pendingGen = 0;
         }
         this.syncedDeps = g.deps; this.syncedTenants = g.tenants;
-        this.droppedDeps.clear();
         this.failures = 0;
         this.stats.holds = this.holds.byId.size;
         const changed = this.stats.stale || !this.stats.synced;

@@ -79,6 +79,31 @@ test("a hold lifted on the resuming stream is dropped; not resumed sweeps as bef
   m.close();
 });
 
+test("a hold the resumed merge drops to the cap sends its dependency to Admit", () => {
+  const base = (Math.floor(Date.now() / 1000) + 600) * 1000;
+  const untils = { x: base, y: base + 60_000, z: base + 120_000 }; // x ends soonest
+  const ids = {}, seen = new Set();
+  let n = 0;
+  for (const k of ["x", "y", "z"]) {
+    while (seen.has(bucket(digest(`${k}${n}`, untils[k])))) n++;
+    ids[k] = `${k}${n}`;
+    seen.add(bucket(digest(ids[k], untils[k])));
+  }
+  const stub = new FakeStub(), m = new Mirror(stub, 2, () => {});
+  m.want(["dx", "d"], ["t"]);
+  stub.streams[0].emit("data", ev("PLACED", { ...hold(ids.x, untils.x), dependency: "dx" }));
+  stub.streams[0].emit("data", ev("PLACED", hold(ids.y, untils.y)));
+  stub.streams[0].emit("data", ev("SYNCED"));
+  m.want(["d2"], []);
+  const s = stub.streams[1];
+  assert.equal(s.req.resume_digests.length, 256);
+  s.emit("data", ev("PLACED", hold(ids.z, untils.z)));
+  s.emit("data", ev("SYNCED", null, { resumed: true, resent_buckets: [bucket(digest(ids.z, untils.z))] }));
+  assert.deepEqual(m.list().map((h) => h.id).sort(), [ids.y, ids.z].sort()); // x dropped to the cap of 2
+  assert.equal(m.admit("", "dx", "t", ""), "ask"); // never let through: Admit decides until the next SYNCED
+  m.close();
+});
+
 test("against retryd: a widening resumes and the hold still refuses locally", async () => {
   const { proc: server, addr } = await startRetryd();
   try {

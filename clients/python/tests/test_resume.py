@@ -8,7 +8,7 @@ import unittest
 import grpc
 
 import retryd
-from retryd._mirror import Mirror
+from retryd._mirror import ASK, Mirror
 from retryd._resume import bucket, bucket_digests, digest
 from retryd.v1 import retryd_pb2 as pb
 from retryd.v1 import retryd_pb2_grpc as pb_grpc
@@ -89,6 +89,34 @@ class ResumeSweep(unittest.TestCase):
         self.m.on_event(gen, ev(pb.HOLD_EVENT_KIND_SYNCED))  # an older server: resumed false, a full snapshot
         self.assertEqual(set(self.m.holds.by_id), {self.a})
         self.assertEqual(self.m.stats.resumed_syncs, 0)
+
+
+class ResumeAtTheCap(unittest.TestCase):
+    def test_a_hold_the_merge_drops_sends_its_dependency_to_admit(self) -> None:
+        base = (int(time.time()) + 600) * 1000
+        untils = {"x": base, "y": base + 60_000, "z": base + 120_000}  # x ends soonest
+        ids, seen, n = {}, set(), 0
+        for k in "xyz":
+            while bucket(digest(f"{k}{n}", untils[k])) in seen:
+                n += 1
+            ids[k] = f"{k}{n}"
+            seen.add(bucket(digest(ids[k], untils[k])))
+        m = Mirror(max_holds=2)
+        m.want(["dx", "d"], ["t"])
+        gen, _ = m.begin(lambda: None)
+        m.on_event(gen, ev(pb.HOLD_EVENT_KIND_PLACED, hold(ids["x"], at_ms(untils["x"]), dep="dx")))
+        m.on_event(gen, ev(pb.HOLD_EVENT_KIND_PLACED, hold(ids["y"], at_ms(untils["y"]), dep="d")))
+        m.on_event(gen, ev(pb.HOLD_EVENT_KIND_SYNCED))
+        m.want(["d2"], [])
+        gen, req = m.begin(lambda: None)
+        self.assertEqual(len(req.resume_digests), 256)
+        m.on_event(gen, ev(pb.HOLD_EVENT_KIND_PLACED, hold(ids["z"], at_ms(untils["z"]), dep="d")))
+        synced = ev(pb.HOLD_EVENT_KIND_SYNCED)
+        synced.resumed = True
+        synced.resent_buckets.append(bucket(digest(ids["z"], untils["z"])))
+        m.on_event(gen, synced)
+        self.assertEqual(set(m.holds.by_id), {ids["y"], ids["z"]})  # x dropped to the cap of 2
+        self.assertIs(m.admit("", "dx", "t", ""), ASK)  # never let through: Admit decides until the next SYNCED
 
 
 class AgainstRetryd(unittest.TestCase):

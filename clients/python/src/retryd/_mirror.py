@@ -300,6 +300,8 @@ class Mirror:
             else:
                 return  # a replaced stream's late event
             if kind == _SYNCED:
+                # Synced again; a hold the resumed merge below drops to the cap stays marked.
+                self.dropped_deps.clear()
                 if not live:
                     if self.resuming and ev.resumed:
                         self._keep_unsent(holds, ev.resent_buckets)
@@ -311,7 +313,6 @@ class Mirror:
                     self.gen_sets = {g: s for g, s in self.gen_sets.items() if g >= gen}
                 deps, tenants, _ = self.gen_sets[gen]
                 self.synced_deps, self.synced_tenants = deps, tenants
-                self.dropped_deps.clear()
                 self.failures = 0
                 self.stats.holds = len(self.holds.by_id)
                 if self.stats.stale or not self.stats.synced:
