@@ -50,6 +50,12 @@ func (c *Client) admit(ctx context.Context, sc scope, op pb.OperationKind, attem
 			c.counters.localRefusals.Add(1)
 			hold, retryAt, local = holdOf(mh.raw), localAt, true
 		default:
+			if c.skipBusy() { // retryd advised waiting: fail open, as when it is away
+				if attempt == 1 {
+					c.counts.add(sc, 1, 0, 0)
+				}
+				return "", nil
+			}
 			c.counters.admitRPCs.Add(1)
 			rctx, cancel := c.rpcCtx(ctx)
 			resp, err := c.stub.Admit(rctx, &pb.AdmitRequest{Catalog: sc.catalog, Dependency: sc.dependency,

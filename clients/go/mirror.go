@@ -48,12 +48,19 @@ type MirrorStats struct {
 	AdmitRPCs, LocalAdmissions, LocalRefusals uint64
 	// ReportRPCs (ReportOutcomes sent) and the first attempts they reported.
 	ReportRPCs, ReportedRequests uint64
+	// ShedAnswers: retryd's answers shedding an RPC with retry advice;
+	// BusySkips: Classify and Admit RPCs not sent while that advice ran.
+	ShedAnswers, BusySkips uint64
+	// ResumedSyncs: snapshots retryd resumed from the mirror's bucket
+	// digests; ResentBuckets: the buckets those snapshots sent again.
+	ResumedSyncs, ResentBuckets uint64
 }
 
 type mhold struct {
 	catalog, dependency, tenant, method string
 	scope                               pb.Scope
 	until, nextProbe                    time.Time // server clock; nextProbe zero: none
+	untilMs                             int64     // until as the server sent it (its resume digest)
 	probing                             bool
 	raw                                 *pb.Hold
 }
@@ -132,6 +139,7 @@ type mirror struct {
 // counters: what the client sent and decided (kept with the mirror off too).
 type counters struct {
 	admitRPCs, localAdmits, localRefusals, reportRPCs, reportedRequests atomic.Uint64
+	resumedSyncs, resentBuckets                                         atomic.Uint64
 }
 
 func newMirror(c *Client, max int) *mirror {
@@ -302,16 +310,23 @@ func (m *mirror) applyLocked(s *holdSet, ev *pb.WatchHoldsResponse) {
 		return
 	}
 	mh := &mhold{catalog: h.Catalog, dependency: h.Dependency, tenant: h.Tenant, method: h.Method, scope: h.Scope,
-		until: until, probing: h.Probing || ev.Kind == pb.HoldEventKind_HOLD_EVENT_KIND_PROBING, raw: h}
+		until: until, untilMs: h.Until.GetSeconds()*1000 + int64(h.Until.GetNanos())/1e6,
+		probing: h.Probing || ev.Kind == pb.HoldEventKind_HOLD_EVENT_KIND_PROBING, raw: h}
 	if h.NextProbeAt != nil {
 		mh.nextProbe = h.NextProbeAt.AsTime()
 	}
-	s.remove(h.Id)
-	s.byID[h.Id] = mh
+	m.putLocked(s, mh)
+}
+
+// putLocked stores mh in s (replacing its id), within the bound.
+func (m *mirror) putLocked(s *holdSet, mh *mhold) {
+	id := mh.raw.Id
+	s.remove(id)
+	s.byID[id] = mh
 	if s.byDep[mh.dependency] == nil {
 		s.byDep[mh.dependency] = map[string]*mhold{}
 	}
-	s.byDep[mh.dependency][h.Id] = mh
+	s.byDep[mh.dependency][id] = mh
 	if len(s.byID) > m.max {
 		// Full: drop the hold ending soonest; its dependency goes back to
 		// Admit until the next SYNCED, so the drop never lets a call through.

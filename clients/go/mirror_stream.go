@@ -45,7 +45,12 @@ func (m *mirror) run() {
 	}()
 	for {
 		if pending == nil && retry == nil {
-			pending = m.maybeOpen(live)
+			// No stream is opened while retryd advises waiting (it would be shed too).
+			if d := m.c.busyFor(); d > 0 {
+				retry = time.After(d)
+			} else {
+				pending = m.maybeOpen(live)
+			}
 		}
 		var liveDone, pendDone <-chan error
 		var pendSynced <-chan struct{}
@@ -69,7 +74,7 @@ func (m *mirror) run() {
 		case err := <-pendDone:
 			pending = nil
 			failures++
-			retry = time.After(backoff(failures))
+			retry = time.After(max(backoff(failures), m.c.busyFor()))
 			if live == nil {
 				m.setStale(err)
 			}
@@ -77,7 +82,7 @@ func (m *mirror) run() {
 			live = nil
 			m.setStale(err)
 			failures++
-			retry = time.After(backoff(failures))
+			retry = time.After(max(backoff(failures), m.c.busyFor()))
 		}
 	}
 }
@@ -127,7 +132,11 @@ func (m *mirror) maybeOpen(live *watchStream) *watchStream {
 }
 
 func (m *mirror) stream(ctx context.Context, s *watchStream) {
-	st, err := m.c.stub.WatchHolds(ctx, &pb.WatchHoldsRequest{Dependencies: s.deps, Tenants: s.tenants})
+	req := &pb.WatchHoldsRequest{Dependencies: s.deps, Tenants: s.tenants}
+	m.mu.RLock()
+	req.ResumeDigests = resumeDigestsLocked(m.live) // resume from the holds the mirror has
+	m.mu.RUnlock()
+	st, err := m.c.stub.WatchHolds(ctx, req)
 	if err != nil {
 		s.done <- err
 		return
@@ -146,8 +155,14 @@ func (m *mirror) stream(ctx context.Context, s *watchStream) {
 		m.mu.Lock()
 		switch {
 		case !synced && ev.Kind == pb.HoldEventKind_HOLD_EVENT_KIND_SYNCED:
-			// The new snapshot is the truth: it replaces the mirror whole.
+			// The new snapshot is the truth: it replaces the mirror whole,
+			// or, resumed, the buckets it resent.
 			synced = true
+			if len(req.ResumeDigests) > 0 && ev.Resumed {
+				snap = m.mergeResumedLocked(m.live, snap, ev.ResentBuckets)
+				m.c.counters.resumedSyncs.Add(1)
+				m.c.counters.resentBuckets.Add(uint64(len(ev.ResentBuckets)))
+			}
 			m.live, m.liveGen = snap, s.gen
 			m.syncDeps, m.syncTenants = s.depSet, s.tenantSet
 			wasStale := m.stale
@@ -189,7 +204,9 @@ func (c *Client) Watch(ctx context.Context, deps, tenants []string) error {
 func (c *Client) Stats() MirrorStats {
 	k := &c.counters
 	s := MirrorStats{AdmitRPCs: k.admitRPCs.Load(), LocalAdmissions: k.localAdmits.Load(),
-		LocalRefusals: k.localRefusals.Load(), ReportRPCs: k.reportRPCs.Load(), ReportedRequests: k.reportedRequests.Load()}
+		LocalRefusals: k.localRefusals.Load(), ReportRPCs: k.reportRPCs.Load(), ReportedRequests: k.reportedRequests.Load(),
+		ShedAnswers: c.busy.answers.Load(), BusySkips: c.busy.skips.Load(),
+		ResumedSyncs: k.resumedSyncs.Load(), ResentBuckets: k.resentBuckets.Load()}
 	m := c.mirror
 	if m == nil {
 		return s

@@ -68,7 +68,8 @@ var DefaultFallback = Fallback{MaxAttempts: 3, Base: 100 * time.Millisecond, Cap
 type Event struct {
 	// Kind: "admit_refused", "decision", "wait", "read_back", "fallback",
 	// "success"; the mirror's "mirror_stale" (its stream is down) and
-	// "mirror_synced" (a snapshot arrived).
+	// "mirror_synced" (a snapshot arrived); "retryd_busy" once per busy
+	// period (retryd shed a call with advice to wait: see MaxBusy).
 	Kind string
 	// Local: an admit_refused (or its wait) decided from the holds mirror, no RPC.
 	Local    bool
@@ -174,6 +175,7 @@ type Client struct {
 	closeOnce sync.Once
 	mirror    *mirror // nil: off
 	counters  counters
+	busy      busy
 }
 
 // New connects to retryd at address ("host:port"). Connecting eagerly is
@@ -189,12 +191,14 @@ func New(address string, opts ...Option) (*Client, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	conn, err := grpc.NewClient(address, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, o.dialOpts...)...)
+	c := &Client{o: o, counts: newCounts(), stop: make(chan struct{}), done: make(chan struct{})}
+	c.busy.epoch = time.Now()
+	conn, err := grpc.NewClient(address, append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(c.shedUnary), grpc.WithChainStreamInterceptor(c.shedStream)}, o.dialOpts...)...)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{o: o, conn: conn, stub: pb.NewRetryDecisionServiceClient(conn), counts: newCounts(),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	c.conn, c.stub = conn, pb.NewRetryDecisionServiceClient(conn)
 	if o.connectTimeout > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), o.connectTimeout)
 		conn.Connect()
@@ -217,7 +221,7 @@ func New(address string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Fallbacks counts the times retryd was unreachable or slow and the client decided alone.
+// Fallbacks counts the times retryd was unreachable, slow or busy and the client decided alone.
 func (c *Client) Fallbacks() uint64 { return c.fallbacks.Load() }
 
 // Close sends the outcome counts not yet reported and closes the connection.
@@ -244,6 +248,11 @@ func (c *Client) reporter() {
 		case <-t.C:
 			c.flush(c.o.timeout)
 		case <-c.stop:
+			// Reports are not sent while retryd's advice to wait runs: wait
+			// for it at closing, within the second the last flush has.
+			if d := c.busyFor(); d > 0 && d < time.Second {
+				time.Sleep(d)
+			}
 			c.flush(time.Second)
 			return
 		}
@@ -251,6 +260,9 @@ func (c *Client) reporter() {
 }
 
 func (c *Client) flush(timeout time.Duration) {
+	if c.busyFor() > 0 {
+		return // kept for a flush after retryd's advice passes
+	}
 	req := c.counts.take()
 	if req == nil {
 		return
@@ -263,13 +275,21 @@ func (c *Client) flush(timeout time.Duration) {
 	}
 	c.counters.reportRPCs.Add(1)
 	c.counters.reportedRequests.Add(n)
-	_, _ = c.stub.ReportOutcomes(ctx, req)
+	if _, err := c.stub.ReportOutcomes(ctx, req); err != nil {
+		// Shed or away: the call was not started; the batch goes back for
+		// the next flush (summed into the counts, whose bound it keeps).
+		if code := status.Code(err); code == codes.ResourceExhausted || code == codes.Unavailable {
+			c.counts.putBack(req)
+		}
+	}
 }
 
 func (c *Client) event(e Event) {
 	if e.Kind == "fallback" {
 		c.fallbacks.Add(1)
 		c.o.logger.Warn("retryd: conservative fallback", "detail", e.Detail, "attempt", e.Attempt)
+	} else if e.Kind == "retryd_busy" {
+		c.o.logger.Warn("retryd: busy; calls take the fallback until its advice passes", "detail", e.Detail, "wait", e.Wait)
 	} else if e.Kind == "mirror_stale" {
 		c.o.logger.Warn("retryd: holds mirror stale; known holds still refuse, other calls ask Admit", "detail", e.Detail)
 	} else {
@@ -329,6 +349,12 @@ func (k *counts) add(s scope, req, ok, fail uint64) {
 	c.Requests += req
 	c.Successes += ok
 	c.Failures += fail
+}
+
+func (k *counts) putBack(req *pb.ReportOutcomesRequest) {
+	for _, c := range req.Counts {
+		k.add(scope{c.Catalog, c.Dependency, c.Tenant, c.Method}, c.Requests, c.Successes, c.Failures)
+	}
 }
 
 func (k *counts) take() *pb.ReportOutcomesRequest {
@@ -412,9 +438,7 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 		var readBackValue T
 		var wait time.Duration
 		for {
-			rctx, cancel := c.rpcCtx(ctx)
-			resp, rerr := c.stub.Classify(rctx, &pb.ClassifyRequest{Failure: failure, Locale: c.o.locale})
-			cancel()
+			resp, rerr := c.Classify(ctx, &pb.ClassifyRequest{Failure: failure, Locale: c.o.locale})
 			if rerr != nil {
 				if ctx.Err() != nil {
 					return zero, ctx.Err()
@@ -423,7 +447,9 @@ func Do[T any](ctx context.Context, c *Client, fn func(ctx context.Context) (T, 
 					return zero, rej
 				}
 				w, ok := c.fallbackWait(failure, attempt)
-				c.event(Event{Kind: "fallback", Attempt: attempt, Wait: w, Detail: "Classify failed: " + rerr.Error()})
+				if !errors.Is(rerr, ErrBusy) { // a busy period is said once (retryd_busy), not per call
+					c.event(Event{Kind: "fallback", Attempt: attempt, Wait: w, Detail: "Classify failed: " + rerr.Error()})
+				}
 				if !ok {
 					kind := "write"
 					if failure.Operation == pb.OperationKind_OPERATION_KIND_READ {

@@ -75,7 +75,7 @@ async function setup(stub, sc, tenant, dep) {
   }
 }
 
-async function runOne(addr, down, slow, sc) {
+async function runOne(addr, down, slow, shedding, sc) {
   const run = Math.random().toString(36).slice(2, 10);
   const tenant = `t-${sc.name}-node-${run}`, depName = `d-${sc.name}-node-${run}`;
   const up = (sc.retryd ?? "up") === "up";
@@ -92,7 +92,7 @@ async function runOne(addr, down, slow, sc) {
     await setup(c0.stub, sc, tenant, depName);
     await c0.close();
   }
-  const client = new retryd.Client(up ? addr : sc.retryd === "slow" ? slow : down, { catalog: sc.call.catalog, dependency: depName, tenant, sleep, connectTimeoutMs: 500, timeoutMs: 2000,
+  const client = new retryd.Client(up ? addr : { slow, shedding }[sc.retryd] ?? down, { catalog: sc.call.catalog, dependency: depName, tenant, sleep, connectTimeoutMs: 500, timeoutMs: 2000,
     onEvent: (e) => { if (e.kind === "admit_refused") refusals++; } });
   // Server-side setup up to the first mirror step, then the mirror's steps in order (a hold placed
   // before mirror_sync reaches the mirror in its snapshot, not in a racing event).
@@ -182,6 +182,9 @@ async function runOne(addr, down, slow, sc) {
   if (e.local_refusals_min !== undefined) want(d("localRefusals") >= e.local_refusals_min, `local refusals ${d("localRefusals")} < ${e.local_refusals_min}`);
   if (e.report_rpcs_max !== undefined) want(d("reportRpcs") <= e.report_rpcs_max, `report RPCs ${d("reportRpcs")} > ${e.report_rpcs_max}`);
   if (e.reported_requests !== undefined) want(d("reportedRequests") === e.reported_requests, `reported requests ${d("reportedRequests")} != ${e.reported_requests}`);
+  // Counted from the client's start: its watch may be shed (and start the busy period) before the call.
+  if (e.shed_answers_min !== undefined) want(after.shedAnswers >= e.shed_answers_min, `shed answers ${after.shedAnswers} < ${e.shed_answers_min}`);
+  if (e.busy_skips_min !== undefined) want(after.busySkips >= e.busy_skips_min, `busy skips ${after.busySkips} < ${e.busy_skips_min}`);
   if (e.fallbacks_min !== undefined) want(client.fallbacks >= e.fallbacks_min, `fallbacks ${client.fallbacks} < ${e.fallbacks_min}`);
   const errs = e.error !== undefined ? [e.error] : e.error_any ?? [];
   if (errs.length) want(errs.includes(out.error), `error ${JSON.stringify(out)} not in ${errs}`);
@@ -199,25 +202,36 @@ const dir = process.argv[2] ?? path.join(root, "clients/conformance/scenarios");
 const scenarios = readdirSync(dir).filter((f) => f.endsWith(".json")).sort().map((f) => JSON.parse(readFileSync(path.join(dir, f), "utf8")));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "retryd-conf-node-"));
 writeFileSync(path.join(tmp, "operator.token"), TOKEN + "\n");
-const port = await freePort();
-const addr = `127.0.0.1:${port}`;
-const server = spawn(bin, ["serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn",
-  "--operator-token-file", path.join(tmp, "operator.token")], { stdio: ["ignore", "ignore", "inherit"] });
-let code = 1;
-try {
+const serve = async (...extra) => {
+  const port = await freePort();
+  const proc = spawn(bin, ["serve", "--listen", `127.0.0.1:${port}`, "--metrics-listen", "off", "--log-level", "warn",
+    "--operator-token-file", path.join(tmp, "operator.token"), ...extra], { stdio: ["ignore", "ignore", "inherit"] });
+  return { port, addr: `127.0.0.1:${port}`, proc };
+};
+const started = async (port) => {
   for (let i = 0; ; i++) {
     const ok = await new Promise((resolve) => { const s = net.connect(port, "127.0.0.1", () => { s.end(); resolve(true); }); s.on("error", () => resolve(false)); });
-    if (ok) break;
+    if (ok) return;
     if (i > 200) throw new Error("retryd did not start");
     await new Promise((r) => setTimeout(r, 50));
   }
+};
+const main = await serve();
+const server = main.proc, addr = main.addr;
+// A retryd with no room (only if a scenario needs it): every call but health is shed
+// RESOURCE_EXHAUSTED with retry advice.
+const shed = scenarios.some((sc) => sc.retryd === "shedding") ? await serve("--max-buffered-bytes", "1") : undefined;
+let code = 1;
+try {
+  await started(main.port);
+  if (shed) await started(shed.port);
   const down = `127.0.0.1:${await freePort()}`;
   // A retryd slower than any timeout: it accepts connections and never answers.
   const slowServer = net.createServer(() => {});
   await new Promise((r) => slowServer.listen(0, "127.0.0.1", r));
   const slow = `127.0.0.1:${slowServer.address().port}`;
   const t0 = Date.now();
-  const results = await Promise.all(scenarios.map((sc) => runOne(addr, down, slow, sc).catch((e) => [`threw: ${e?.stack ?? e}`])));
+  const results = await Promise.all(scenarios.map((sc) => runOne(addr, down, slow, shed?.addr, sc).catch((e) => [`threw: ${e?.stack ?? e}`])));
   let failed = 0;
   scenarios.forEach((sc, i) => {
     if (results[i].length) { failed++; console.log(`conformance node: FAIL ${sc.name}: ${results[i].join("; ")}`); }
@@ -227,6 +241,7 @@ try {
   code = failed ? 1 : 0;
 } finally {
   server.kill("SIGTERM");
+  shed?.proc.kill("SIGTERM");
   rmSync(tmp, { recursive: true, force: true });
 }
 process.exit(code);

@@ -38,6 +38,7 @@ from retryd.v1 import retryd_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = ""  # the address of a retryd that never answers (main sets it)
+SHEDDING = ""  # the address of a retryd that sheds every call with advice (main sets it when needed)
 logging.getLogger("retryd").setLevel(logging.ERROR)  # fallbacks are expected in the retryd-down scenarios
 TOKEN = "conformance-operator-token-0123456789"
 
@@ -51,14 +52,14 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, *extra: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="retryd-conf-")
         tok = os.path.join(self.dir, "operator.token")
         Path(tok).write_text(TOKEN + "\n")
         self.port = free_port()
         self.proc = subprocess.Popen(
             [binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", "off",
-             "--operator-token-file", tok, "--log-level", "warn"],
+             "--operator-token-file", tok, "--log-level", "warn", *extra],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "server.log"), "wb"))
         ch = grpc.insecure_channel(self.addr)
         grpc.channel_ready_future(ch).result(timeout=30)
@@ -337,6 +338,11 @@ def check_rpcs(e: dict, before: retryd.MirrorStats, after: retryd.MirrorStats) -
     reqs = after.reported_requests - before.reported_requests
     if "reported_requests" in e and reqs != e["reported_requests"]:
         bad.append(f"reported requests {reqs} != {e['reported_requests']}")
+    # Counted from the client's start: its watch may be shed (and start the busy period) before the call.
+    if "shed_answers_min" in e and after.shed_answers < e["shed_answers_min"]:
+        bad.append(f"shed answers {after.shed_answers} < {e['shed_answers_min']}")
+    if "busy_skips_min" in e and after.busy_skips < e["busy_skips_min"]:
+        bad.append(f"busy skips {after.busy_skips} < {e['busy_skips_min']}")
     return bad
 
 
@@ -348,7 +354,7 @@ def run_sync(server: Server, down: str, sc: dict) -> list[str]:
         waits.append(s)
         if sc.get("sleep", "real") == "real":
             time.sleep(s)
-    addr = {"up": server.addr, "slow": SLOW}.get(sc.get("retryd", "up"), down)
+    addr = {"up": server.addr, "slow": SLOW, "shedding": SHEDDING}.get(sc.get("retryd", "up"), down)
     # Server-side setup before the client (as without a mirror) up to the first mirror step: the
     # mirror then learns those holds from its snapshot, not from a racing event.
     steps = sc.get("setup", [])
@@ -384,7 +390,7 @@ async def run_async(server: Server, down: str, sc: dict) -> list[str]:
 
     async def fn():  # noqa: ANN202
         return dep.run()
-    addr = {"up": server.addr, "slow": SLOW}.get(sc.get("retryd", "up"), down)
+    addr = {"up": server.addr, "slow": SLOW, "shedding": SHEDDING}.get(sc.get("retryd", "up"), down)
     client = retryd.AsyncClient(addr, sleep=sleep, **client_kwargs(sc, addr, tenant, depname, waits, refusals))
     steps = sc.get("setup", [])
     first = next((i for i, st in enumerate(steps) if "mirror_sync" in st or "wait_mirror_holds" in st), len(steps))
@@ -417,9 +423,14 @@ def main() -> int:
     scenarios = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(sdir, "*.json")))]
     server = Server(binary)
     down = f"127.0.0.1:{free_port()}"  # nothing listens there
+    # A retryd with no room (only if a scenario needs it): every call but health is shed
+    # RESOURCE_EXHAUSTED with retry advice.
+    global SLOW, SHEDDING
+    shedding = Server(binary, "--max-buffered-bytes", "1") if any(sc.get("retryd") == "shedding" for sc in scenarios) else None
+    if shedding is not None:
+        SHEDDING = shedding.addr
     # A retryd slower than any timeout: it accepts connections (the kernel
     # does, from the backlog) and never answers.
-    global SLOW
     slow = socket.socket()
     slow.bind(("127.0.0.1", 0))
     slow.listen(64)
@@ -443,6 +454,8 @@ def main() -> int:
                     print(f"conformance python/{mode}: PASS {sc['name']}")
     finally:
         server.stop()
+        if shedding is not None:
+            shedding.stop()
     total = len(sync_sc) + len(scenarios)
     print(f"conformance python: {total - failed} passed, {failed} failed ({len(scenarios)} scenarios, "
           f"{time.monotonic() - t0:.1f} s)")

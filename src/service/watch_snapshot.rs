@@ -76,14 +76,20 @@ pub(super) async fn snapshot<W: WatchWire>(
 /// Filters whose digests are kept: past it the cache starts again empty.
 pub(super) const RESUME_CACHE_FILTERS: usize = 256;
 
-/// Filter key → (the mirror's `changes` when computed, the 256 digests).
-type Cached = HashMap<[u8; 32], (u64, Arc<Vec<u64>>)>;
+/// The digests of one filter at one `changes`, computed once for every
+/// watch that asks meanwhile.
+type Once = Arc<tokio::sync::OnceCell<Arc<Vec<u64>>>>;
+/// Filter key → (the mirror's `changes` when first asked, its digests).
+type Cached = HashMap<[u8; 32], (u64, Once)>;
 
 /// The server's bucket digests per filter (by a SHA-256 of the filter, so
 /// 256 long dependency lists cost 256 × 32 bytes of keys), each valid
 /// while the mirror's [`crate::fleet::Mirror::changes`] has not moved: a
 /// reconnect storm of 2 000 mirrors of one filter walks the holds once,
-/// not 2 000 times.
+/// not 2 000 times — the first walks, the others arriving meanwhile wait
+/// for its result. A write during the walk may leave the digests between
+/// two states: harmless, since every watch that is given them subscribed
+/// to changes before that write, and is sent it as an event.
 #[derive(Debug, Default)]
 pub(super) struct ResumeCache {
     by_filter: Mutex<Cached>,
@@ -93,25 +99,32 @@ impl ResumeCache {
     async fn digests(&self, fleet: &Fleet, filter: &WatchFilter, scopes: &[Option<&str>]) -> Arc<Vec<u64>> {
         let key = filter_key(filter, scopes);
         let before = fleet.mirror().changes();
-        if let Some((_, d)) = self.lock().get(&key).filter(|(at, _)| *at == before) {
-            return Arc::clone(d);
-        }
-        let now = UnixMillis::now();
-        let mut mine = Vec::new();
-        for &dependency in scopes {
-            digests_of(fleet, dependency, filter, now, &mut mine).await;
-        }
-        let mine = Arc::new(bucket_digests(mine));
-        // Kept only if no write came between: the walk saw one state.
-        if fleet.mirror().changes() == before {
+        let once = {
             let mut cache = self.lock();
-            if cache.len() >= RESUME_CACHE_FILTERS && !cache.contains_key(&key) {
-                cache.clear();
+            match cache.get(&key) {
+                Some((at, once)) if *at == before => Arc::clone(once),
+                _ => {
+                    if cache.len() >= RESUME_CACHE_FILTERS && !cache.contains_key(&key) {
+                        cache.clear();
+                    }
+                    let once = Once::default();
+                    cache.insert(key, (before, Arc::clone(&once)));
+                    metrics::gauge!(RESUME_CACHE_GAUGE).set(cache.len() as f64);
+                    once
+                }
             }
-            cache.insert(key, (before, Arc::clone(&mine)));
-            metrics::gauge!(RESUME_CACHE_GAUGE).set(cache.len() as f64);
-        }
-        mine
+        };
+        let digests = once
+            .get_or_init(|| async {
+                let now = UnixMillis::now();
+                let mut mine = Vec::new();
+                for &dependency in scopes {
+                    digests_of(fleet, dependency, filter, now, &mut mine).await;
+                }
+                Arc::new(bucket_digests(mine))
+            })
+            .await;
+        Arc::clone(digests)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {

@@ -98,7 +98,7 @@ func (a *Advisor[R]) Get(ctx context.Context, maxAttempts int, fn func(context.C
 func (a *Advisor[R]) Wrap(fn func(context.Context) (R, error)) func(fs.Execution[R]) (R, error) {
 	return func(exec fs.Execution[R]) (R, error) {
 		var zero R
-		ctx, s, stub, attempt := exec.Context(), a.c.Settings(), a.c.Stub(), exec.Attempts()
+		ctx, s, attempt := exec.Context(), a.c.Settings(), exec.Attempts()
 		// The client's admission: its holds mirror (no RPC) or Admit; a hold ends the run.
 		probe, err := a.c.Admit(ctx, a.call.Method, a.call.Operation, attempt)
 		if err != nil {
@@ -119,9 +119,8 @@ func (a *Advisor[R]) Wrap(fn func(context.Context) (R, error)) func(fs.Execution
 		}
 		failure := a.c.FailureProto(f, a.call, attempt)
 		failure.ProbeToken = probe // a failed probe re-places its hold
-		rctx, cancel := context.WithTimeout(ctx, s.Timeout)
-		cr, err := stub.Classify(rctx, &pb.ClassifyRequest{Failure: failure, Locale: s.Locale})
-		cancel()
+		// The client's Classify: its RPC timeout, and not sent while retryd advises waiting (ErrBusy).
+		cr, err := a.c.Classify(ctx, &pb.ClassifyRequest{Failure: failure, Locale: s.Locale})
 		if err != nil {
 			if rej := retryd.AsRejection(err, callErr); rej != nil {
 				return zero, rej

@@ -4,45 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	retryd "github.com/retryd/retryd/clients/go"
+	"github.com/retryd/retryd/clients/go/internal/retrydtest"
 )
-
-// The real retryd binary (RETRYD_BIN, default target/debug/retryd of this checkout).
-func serve(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("RETRYD_BIN")
-	if bin == "" {
-		bin, _ = filepath.Abs("../../../target/debug/retryd")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for i := 0; ; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
-		}
-		if i > 200 {
-			t.Fatal("retryd did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 func client(t *testing.T, addr, catalog string) *retryd.Client {
 	c, err := retryd.New(addr, retryd.WithCatalog(catalog), retryd.WithTenant("t-failsafe"),
@@ -66,7 +33,7 @@ func script(calls *int, ok string, errs ...error) func(context.Context) (string,
 }
 
 func TestAdvisor(t *testing.T) {
-	addr := serve(t)
+	addr := retrydtest.Serve(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

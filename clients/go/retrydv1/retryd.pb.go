@@ -1623,7 +1623,16 @@ type WatchHoldsRequest struct {
 	// A client mirror's tenants (at most 256): tenant holds are sent only for
 	// these, in clear (the caller named them); dependency and method holds
 	// whatever their tenant. Not together with `tenant` (INVALID_ARGUMENT).
-	Tenants       []string `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	Tenants []string `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	// Resume a mirror (empty: a full snapshot). Exactly 256 entries: entry b
+	// is the XOR of the digests of the holds the mirror already has in
+	// bucket b, where a hold's digest is the first 8 bytes (big-endian) of
+	// SHA-256(id, 0x00, `until` in Unix milliseconds as decimal ASCII) and
+	// its bucket is that digest's first byte. The snapshot then sends only
+	// the holds of buckets whose digest differs from the server's, and
+	// SYNCED says which (`resent_buckets`): after a restart a mirror that
+	// is already right costs one message, not one per hold.
+	ResumeDigests []uint64 `protobuf:"fixed64,6,rep,packed,name=resume_digests,json=resumeDigests,proto3" json:"resume_digests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1693,6 +1702,13 @@ func (x *WatchHoldsRequest) GetTenants() []string {
 	return nil
 }
 
+func (x *WatchHoldsRequest) GetResumeDigests() []uint64 {
+	if x != nil {
+		return x.ResumeDigests
+	}
+	return nil
+}
+
 // One hold event. A stream starts with the holds in force (PLACED, or
 // PROBING for a hold in its probe phase), then SYNCED, then every change.
 // An event that races the snapshot may arrive twice, never not at all:
@@ -1705,7 +1721,15 @@ type WatchHoldsResponse struct {
 	Hold *Hold `protobuf:"bytes,2,opt,name=hold,proto3" json:"hold,omitempty"`
 	// The server's clock when it sent the event, so a mirror can correct
 	// for its own clock's offset.
-	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
+	ServerTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
+	// SYNCED of a stream that sent `resume_digests`: the server resumed it
+	// (false from a server that predates resuming: the snapshot was full).
+	Resumed bool `protobuf:"varint,4,opt,name=resumed,proto3" json:"resumed,omitempty"`
+	// SYNCED of a resumed stream: the buckets whose holds the snapshot sent,
+	// every hold of each. The mirror replaces its holds in these buckets by
+	// those it received since the stream opened; its holds in every other
+	// bucket match the server's and are kept.
+	ResentBuckets []uint32 `protobuf:"varint,5,rep,packed,name=resent_buckets,json=resentBuckets,proto3" json:"resent_buckets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1757,6 +1781,20 @@ func (x *WatchHoldsResponse) GetHold() *Hold {
 func (x *WatchHoldsResponse) GetServerTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ServerTime
+	}
+	return nil
+}
+
+func (x *WatchHoldsResponse) GetResumed() bool {
+	if x != nil {
+		return x.Resumed
+	}
+	return false
+}
+
+func (x *WatchHoldsResponse) GetResentBuckets() []uint32 {
+	if x != nil {
+		return x.ResentBuckets
 	}
 	return nil
 }
@@ -3687,7 +3725,7 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"\x12ReleaseHoldRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\":\n" +
 	"\x13ReleaseHoldResponse\x12#\n" +
-	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\xa3\x01\n" +
+	"\x04hold\x18\x01 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\"\xca\x01\n" +
 	"\x11WatchHoldsRequest\x12\x18\n" +
 	"\acatalog\x18\x01 \x01(\tR\acatalog\x12\x1e\n" +
 	"\n" +
@@ -3695,12 +3733,15 @@ const file_retryd_v1_retryd_proto_rawDesc = "" +
 	"dependency\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\"\n" +
 	"\fdependencies\x18\x04 \x03(\tR\fdependencies\x12\x18\n" +
-	"\atenants\x18\x05 \x03(\tR\atenants\"\xa4\x01\n" +
+	"\atenants\x18\x05 \x03(\tR\atenants\x12%\n" +
+	"\x0eresume_digests\x18\x06 \x03(\x06R\rresumeDigests\"\xe5\x01\n" +
 	"\x12WatchHoldsResponse\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.retryd.v1.HoldEventKindR\x04kind\x12#\n" +
 	"\x04hold\x18\x02 \x01(\v2\x0f.retryd.v1.HoldR\x04hold\x12;\n" +
 	"\vserver_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"serverTime\"\xcf\x03\n" +
+	"serverTime\x12\x18\n" +
+	"\aresumed\x18\x04 \x01(\bR\aresumed\x12%\n" +
+	"\x0eresent_buckets\x18\x05 \x03(\rR\rresentBuckets\"\xcf\x03\n" +
 	"\x04Hold\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acatalog\x18\x02 \x01(\tR\acatalog\x12\x1e\n" +

@@ -90,7 +90,8 @@ export class CockatielAdvisor {
       const rejected = rejectionOf(err);
       if (rejected) throw rejected;
       if (err instanceof Held) throw err;
-      // retryd unreachable or slow: fail open, as the client does.
+      // retryd unreachable, slow or shedding: fail open, as the client does.
+      this.client.shed(err);
     }
     let error: unknown;
     try {
@@ -110,12 +111,14 @@ export class CockatielAdvisor {
     if (f.noRetry) failure.upstream = { retryable: false };
     let decision: { verdict: string; retry?: { after_ms: number; max_after_ms: number } | null } | undefined;
     try {
+      if (this.client.heldBack()) throw new Error("not sent: retryd advised waiting");
       const resp = await unary(stub.Classify.bind(stub) as Unary<unknown, { decision?: typeof decision | null }>,
         { failure, locale: s.locale }, s.timeoutMs);
       decision = resp.decision ?? undefined;
     } catch (err) {
       const rejected = rejectionOf(err, error);
       if (rejected) throw rejected;
+      this.client.shed(err);
       // The client's conservative fallback: reads and enforced-key writes, capped exponential backoff.
       const may = attempt < s.fallback.maxAttempts;
       throw new RetrydAdvice(may, Math.random() * Math.min(s.fallback.capMs, s.fallback.baseMs * 2 ** (attempt - 1)),

@@ -22,6 +22,7 @@ import type { Decision__Output } from "./gen/retryd/v1/Decision.js";
 import type { Hold__Output } from "./gen/retryd/v1/Hold.js";
 import type { Timestamp__Output } from "./gen/google/protobuf/Timestamp.js";
 import { Mirror, type MirrorStats } from "./mirror.js";
+import { Busy, shedAdvice } from "./busy.js";
 import { DependencyError, defaultMapper, GRPC_NAMES, type FailureFields } from "./mappers.js";
 export { DependencyError, defaultMapper, fromEnvelope, fromGrpc, fromHttp, pushback, type FailureFields } from "./mappers.js";
 import { HoldKind, HoldScope, RefusedReason, SideEffectState, Strategy, Verdict, wordOf } from "./words.js";
@@ -45,11 +46,17 @@ export interface Decision {
 }
 
 export interface Event {
-  kind: "admit_refused" | "decision" | "wait" | "read_back" | "fallback" | "success" | "mirror_stale" | "mirror_synced";
+  /** "retryd_busy": once per busy period, retryd shed an RPC and advised waiting `waitMs`. */
+  kind: "admit_refused" | "decision" | "wait" | "read_back" | "fallback" | "success" | "mirror_stale" | "mirror_synced" | "retryd_busy";
   attempt: number; decision?: Decision; hold?: Hold; waitMs?: number; detail?: string;
   /** Decided by the client's holds mirror, with no RPC. */
   local?: boolean;
+  /** A fallback because retryd advised waiting: the RPC was not sent. */
+  busy?: boolean;
 }
+
+/** An RPC not sent because retryd advised waiting (its shed advice): taken as retryd unavailable. */
+export class RetrydBusy extends Error {}
 
 export interface Fallback { maxAttempts: number; baseMs: number; capMs: number }
 export const DEFAULT_FALLBACK: Fallback = { maxAttempts: 3, baseMs: 100, capMs: 2000 };
@@ -184,6 +191,7 @@ export class Client {
   fallbacks = 0;
   private o: Required<Omit<ClientOptions, "credentials" | "onEvent">> & Pick<ClientOptions, "onEvent">;
   private mirror: Mirror;
+  private busy = new Busy();
   private counts = new Map<string, { key: string[]; c: [number, number, number] }>();
   private timer: NodeJS.Timeout;
   private ready: Promise<void>;
@@ -194,7 +202,8 @@ export class Client {
     const Ctor = service();
     this.stub = new Ctor(address, opts.credentials ?? grpc.credentials.createInsecure()) as unknown as RetryDecisionServiceClient;
     this.mirror = new Mirror(this.o.mirror ? this.stub : undefined, this.o.mirrorMaxHolds,
-      (state) => this.event({ kind: state === "stale" ? "mirror_stale" : "mirror_synced", attempt: 0 }));
+      (state) => this.event({ kind: state === "stale" ? "mirror_stale" : "mirror_synced", attempt: 0 }),
+      this.busy, (err) => this.shed(err));
     this.mirror.want([this.o.dependency], [this.o.tenant]);
     // Connect eagerly, bounded; an unreachable retryd is not an error (the fallback decides).
     this.ready = new Promise((resolve) => this.stub.waitForReady(Date.now() + this.o.connectTimeoutMs, () => resolve()));
@@ -210,12 +219,37 @@ export class Client {
 
   /** The holds mirror's answer for one attempt, a first attempt admitted locally counted as a
    * request (the deposit Admit would make). @internal shared with ./cockatiel */
-  admitLocally(method: string, attempt: number): "ask" | "admitted" | Held {
+  admitLocally(method: string, attempt: number): "ask" | "admitted" | "busy" | Held {
     const local = this.o.mirror ? this.mirror.admit(this.o.catalog, this.o.dependency, this.o.tenant, method) : "ask";
     if (local === "admitted") { if (attempt <= 1) this.count(method, 0); return local; }
-    if (local === "ask") { this.mirror.stats.admitRpcs++; return local; }
+    if (local === "ask") {
+      if (this.heldBack()) return "busy"; // fail open without the RPC, as with retryd down
+      this.mirror.stats.admitRpcs++;
+      return local;
+    }
     const hold = toHold(local.hold);
     return new Held(`held until ${hold?.until?.toISOString()}: ${hold?.reason ?? ""} (local)`, hold);
+  }
+
+  /** While retryd's advice runs an RPC is not sent: true (counted in busySkips) then.
+   * @internal shared with ./cockatiel */
+  heldBack(): boolean {
+    if (!this.busy.active()) return false;
+    this.mirror.stats.busySkips++;
+    return true;
+  }
+
+  /** An RPC's error: a shed answer is counted and its advice (> 0) starts or extends a busy period,
+   * told once per period (event "retryd_busy"). True when it was a shed answer.
+   * @internal shared with ./cockatiel */
+  shed(err: unknown): boolean {
+    const { shed, ms } = shedAdvice(err);
+    if (!shed) return false;
+    this.mirror.stats.shedAnswers++;
+    if (ms !== undefined && this.busy.advise(ms)) {
+      this.event({ kind: "retryd_busy", attempt: 0, waitMs: ms, detail: GRPC_NAMES[(err as { code: number }).code] });
+    }
+    return true;
   }
 
   /** The mirror's and the RPCs' counters (a copy). */
@@ -251,22 +285,37 @@ export class Client {
   }
 
   private flush(): Promise<void> {
-    if (this.counts.size === 0) return Promise.resolve();
+    if (this.counts.size === 0 || this.heldBack()) return Promise.resolve(); // kept while retryd advises waiting
     const counts = [...this.counts.values()].slice(0, 1000).map(({ key, c }) => ({
       catalog: key[0], dependency: key[1], tenant: key[2], method: key[3], requests: c[0], successes: c[1], failures: c[2] }));
     this.counts.clear();
     this.mirror.stats.reportedRequests += counts.reduce((a, c) => a + c.requests, 0);
-    return this.report({ counts }, 1000).then(() => undefined, () => undefined);
+    return this.report({ counts }, 1000).then(() => undefined, (err) => {
+      if (!this.shed(err)) return;
+      // Shed, not lost: put back for the next flush after the advice.
+      for (const c of counts) {
+        const key = [c.catalog, c.dependency, c.tenant, c.method], k = key.join("\u0000");
+        const e = this.counts.get(k) ?? { key, c: [0, 0, 0] as [number, number, number] };
+        e.c[0] += c.requests; e.c[1] += c.successes; e.c[2] += c.failures;
+        this.counts.set(k, e);
+      }
+    });
   }
 
   private static options(timeoutMs: number): grpc.CallOptions {
     return { deadline: Date.now() + Math.max(1, timeoutMs) };
   }
 
+  private busyError(): RetrydBusy {
+    return new RetrydBusy(`not sent: retryd advised waiting ${Math.round(this.busy.remaining())} ms more`);
+  }
+
   private admit(req: AdmitRequest, timeoutMs: number): Promise<AdmitResponse__Output> {
+    if (this.heldBack()) return Promise.reject(this.busyError());
     this.mirror.stats.admitRpcs++;
     return new Promise((resolve, reject) =>
       this.stub.Admit(req, Client.options(timeoutMs), (err, resp) => {
+        if (err) this.shed(err);
         if (err || !resp) return reject(err);
         if (this.o.mirror) this.mirror.learn(resp.hold, req.tenant ?? "");
         resolve(resp);
@@ -274,8 +323,10 @@ export class Client {
   }
 
   private classify(req: ClassifyRequest, timeoutMs: number): Promise<ClassifyResponse__Output> {
+    if (this.heldBack()) return Promise.reject(this.busyError());
     return new Promise((resolve, reject) =>
       this.stub.Classify(req, Client.options(timeoutMs), (err, resp) => {
+        if (err) this.shed(err);
         if (err || !resp) return reject(err);
         if (this.o.mirror) this.mirror.learn(resp.decision?.hold, req.failure?.tenant ?? "");
         resolve(resp);
@@ -333,7 +384,7 @@ export class Client {
         } catch (err: any) {
           const rejected = rejectionOf(err);
           if (rejected) throw rejected;
-          this.event({ kind: "fallback", attempt, detail: `Admit failed: ${err?.message ?? err}` });
+          this.event({ kind: "fallback", attempt, detail: `Admit failed: ${err?.message ?? err}`, busy: err instanceof RetrydBusy });
           if (!admittedOnce) this.count(method, 0); // Admit made no deposit
           break;
         }
@@ -347,7 +398,7 @@ export class Client {
       try {
         const v = await fn(signal);
         this.count(method, 1);
-        if (probe) await this.report({ probe_token: probe, probe_succeeded: true }, this.o.timeoutMs).catch(() => undefined);
+        if (probe) await this.report({ probe_token: probe, probe_succeeded: true }, this.o.timeoutMs).catch((err) => { this.shed(err); });
         this.event({ kind: "success", attempt });
         return v;
       } catch (err) {
@@ -382,16 +433,16 @@ export class Client {
           if (rejected) throw rejected;
           if (past(0)) throw new DeadlineExceeded("the deadline passed while asking retryd", undefined, error);
           const may = op === "OPERATION_KIND_READ" || failure.idempotency_key_enforced;
-          const detail = `Classify failed: ${err?.message ?? err}`;
+          const detail = `Classify failed: ${err?.message ?? err}`, busy = err instanceof RetrydBusy;
           if (!may || attempt >= this.o.fallback.maxAttempts) {
-            this.event({ kind: "fallback", attempt, detail });
+            this.event({ kind: "fallback", attempt, detail, busy });
             const kind = op === "OPERATION_KIND_READ" ? "read" : "write";
             const d: Decision = { verdict: Verdict.DoNotRetry, rule: `client_fallback/${kind}`, requiredTransition: "", terminalState: "",
               afterMs: 0, maxAfterMs: 0, reason: `retryd unavailable (${err?.message ?? err}); the conservative fallback does not retry this ${kind}` };
             throw new RetrydUnavailable(d.reason, d, error);
           }
           waitMs = Math.random() * Math.min(this.o.fallback.capMs, this.o.fallback.baseMs * 2 ** (attempt - 1));
-          this.event({ kind: "fallback", attempt, detail, waitMs });
+          this.event({ kind: "fallback", attempt, detail, waitMs, busy });
           break;
         }
         if (!resp.decision) throw new Error("retryd answered Classify without a decision");

@@ -84,8 +84,9 @@ export function fromGrpc(err: unknown): FailureFields | undefined {
   return out;
 }
 
-// google.rpc.Status{details: repeated Any} → google.rpc.RetryInfo{retry_delay: Duration}, decoded by hand.
-function retryInfoMs(bin: Uint8Array): number | undefined {
+// google.rpc.Status{details: repeated Any} → google.rpc.RetryInfo{retry_delay: Duration}, decoded by hand
+// (undefined when absent, or negative or malformed). @internal shared with ./busy
+export function retryInfoMs(bin: Uint8Array): number | undefined {
   const r = protobuf.Reader.create(bin);
   let found: number | undefined;
   while (r.pos < r.len) {
@@ -112,7 +113,7 @@ function retryInfoMs(bin: Uint8Array): number | undefined {
         else if (dt >>> 3 === 2) n = d.int32();
         else d.skipType(dt & 7);
       }
-      found = s * 1000 + Math.floor(n / 1e6);
+      found = s < 0 || n < 0 || n >= 1e9 ? undefined : s * 1000 + Math.floor(n / 1e6);
     }
   }
   return found;

@@ -6,6 +6,8 @@ import type { RetryDecisionServiceClient } from "./gen/retryd/v1/RetryDecisionSe
 import type { WatchHoldsResponse__Output } from "./gen/retryd/v1/WatchHoldsResponse.js";
 import type { Hold__Output } from "./gen/retryd/v1/Hold.js";
 import type { Timestamp__Output } from "./gen/google/protobuf/Timestamp.js";
+import { Busy } from "./busy.js";
+import { bucket, bucketDigests, digest } from "./resume.js";
 
 export const MAX_WATCHED = 256;
 const MAX_LIFTED = 4096;
@@ -25,12 +27,24 @@ export interface MirrorStats {
   /** ReportOutcomes RPCs sent, and the first attempts they carried. */
   reportRpcs: number;
   reportedRequests: number;
+  /** Answers of a retryd with no room (RESOURCE_EXHAUSTED, or a draining UNAVAILABLE). */
+  shedAnswers: number;
+  /** RPCs not sent because retryd advised waiting. */
+  busySkips: number;
+  /** Snapshots resumed from the mirror's digests, and the buckets they resent (summed). */
+  resumedSyncs: number;
+  resentBuckets: number;
 }
 
 interface H {
   id: string; catalog: string; dependency: string; tenant: string; method: string; scope: string;
+  /** As the server sent it (ms, not corrected for skew): what the resume digest hashes. */
   until: number; nextProbeAt?: number; probing: boolean; msg: Hold__Output;
+  dg?: bigint;
 }
+
+/** A hold's resume digest (computed once). */
+const digestOf = (h: H): bigint => (h.dg ??= digest(h.id, h.until));
 
 const ms = (t: Timestamp__Output | null | undefined): number | undefined =>
   t && (Number(t.seconds) || t.nanos) ? Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6) : undefined;
@@ -64,11 +78,11 @@ class Holds {
 /** Mirror.admit's answer: "ask" (send Admit), "admitted", or a local refusal until retryAt (local ms). */
 export type LocalAnswer = "ask" | "admitted" | { hold: Hold__Output; retryAt: number };
 
-interface Gen { deps: Set<string>; tenants: Set<string>; version: number; call?: grpc.ClientReadableStream<WatchHoldsResponse__Output> }
+interface Gen { deps: Set<string>; tenants: Set<string>; version: number; resuming: boolean; call?: grpc.ClientReadableStream<WatchHoldsResponse__Output> }
 
 export class Mirror {
   readonly stats: MirrorStats = { synced: false, stale: false, holds: 0, admitRpcs: 0, localAdmissions: 0,
-    localRefusals: 0, reportRpcs: 0, reportedRequests: 0 };
+    localRefusals: 0, reportRpcs: 0, reportedRequests: 0, shedAnswers: 0, busySkips: 0, resumedSyncs: 0, resentBuckets: 0 };
   private holds = new Holds();
   private staged?: Holds;
   private lifted = new Map<string, number>();
@@ -88,8 +102,10 @@ export class Mirror {
   private closed = false;
   private waiters = new Set<() => void>();
 
+  /** `busy`: retryd's shed advice (no stream opens before it passes); `onError`: a stream's error. */
   constructor(private stub: RetryDecisionServiceClient | undefined, readonly maxHolds: number,
-              private onChange: (state: "stale" | "synced") => void) {
+              private onChange: (state: "stale" | "synced") => void,
+              private busy: Busy = new Busy(), private onError: (err: unknown) => void = () => {}) {
     if (!(maxHolds >= 1)) throw new RangeError("mirrorMaxHolds must be at least 1");
   }
 
@@ -161,6 +177,11 @@ export class Mirror {
     const old = holds.byId.get(h.id);
     if (old && old.until > until) return;
     holds.put(toH(h, tenant));
+    this.trim(holds);
+    if (live) this.stats.holds = holds.byId.size;
+  }
+
+  private trim(holds: Holds) {
     if (holds.byId.size > this.maxHolds) {
       const now = this.now();
       for (const x of [...holds.byId.values()]) if (x.until <= now && x.nextProbeAt === undefined) holds.remove(x.id);
@@ -172,7 +193,19 @@ export class Mirror {
         this.droppedDeps.add(soonest!.dependency);
       }
     }
-    if (live) this.stats.holds = holds.byId.size;
+  }
+
+  /** A resumed snapshot sent only the buckets in `resent`: the mirror's holds in every other bucket
+   * match retryd's and are kept (unless received, or lifted, since). */
+  private keepUnsent(staged: Holds, resent: number[]) {
+    this.stats.resumedSyncs++;
+    this.stats.resentBuckets += resent.length;
+    const sent = new Set(resent);
+    for (const h of this.holds.byId.values()) {
+      if (staged.byId.has(h.id) || sent.has(bucket(digestOf(h))) || (this.lifted.get(h.id) ?? -1) >= h.until) continue;
+      staged.put(h);
+    }
+    this.trim(staged);
   }
 
   private onEvent(gen: number, ev: WatchHoldsResponse__Output) {
@@ -185,14 +218,15 @@ export class Mirror {
     const g = this.gens.get(gen)!;
     switch (ev.kind) {
       case "HOLD_EVENT_KIND_SYNCED": {
+        this.droppedDeps.clear(); // synced again; a hold the resumed merge below drops to the cap stays marked
         if (!live) {
+          if (g.resuming && ev.resumed) this.keepUnsent(holds, ev.resent_buckets ?? []);
           // The new stream's snapshot is the truth: it replaces the old mirror.
           this.holds = holds; this.staged = undefined;
           for (const [n, old] of this.gens) if (n < gen) { old.call?.cancel(); this.gens.delete(n); }
           this.liveGen = gen; this.pendingGen = 0;
         }
         this.syncedDeps = g.deps; this.syncedTenants = g.tenants;
-        this.droppedDeps.clear();
         this.failures = 0;
         this.stats.holds = this.holds.byId.size;
         const changed = this.stats.stale || !this.stats.synced;
@@ -245,9 +279,11 @@ export class Mirror {
     if (this.closed || !this.stub || this.timer || this.pendingGen || this.wantDeps.size === 0) return;
     const live = this.gens.get(this.liveGen);
     if (live && !this.stats.stale && live.version === this.version) return;
-    if (this.failures) {
-      const wait = Math.random() * Math.min(RECONNECT_CAP_MS, RECONNECT_BASE_MS * 2 ** (this.failures - 1));
-      this.timer = setTimeout(() => { this.timer = undefined; this.open(); }, wait);
+    // retryd advised waiting: no stream before then.
+    const busy = this.busy.remaining();
+    if (this.failures || busy > 0) {
+      const jitter = this.failures ? Math.random() * Math.min(RECONNECT_CAP_MS, RECONNECT_BASE_MS * 2 ** (this.failures - 1)) : 0;
+      this.timer = setTimeout(() => { this.timer = undefined; this.open(); }, Math.max(busy, jitter));
       return;
     }
     this.open();
@@ -256,16 +292,18 @@ export class Mirror {
   private open() {
     if (this.closed || !this.stub || this.pendingGen) return;
     const gen = ++this.nextGen;
-    const g: Gen = { deps: new Set(this.wantDeps), tenants: new Set(this.wantTenants), version: this.version };
+    // A mirror with holds resumes: retryd resends only the buckets whose digest differs.
+    const resume = this.holds.byId.size ? bucketDigests([...this.holds.byId.values()].map(digestOf)).map(String) : [];
+    const g: Gen = { deps: new Set(this.wantDeps), tenants: new Set(this.wantTenants), version: this.version, resuming: resume.length > 0 };
     this.gens.set(gen, g);
     this.pendingGen = gen;
     this.staged = new Holds();
-    const call = this.stub.WatchHolds({ catalog: "", dependencies: [...g.deps].sort(), tenants: [...g.tenants].sort() });
+    const call = this.stub.WatchHolds({ catalog: "", dependencies: [...g.deps].sort(), tenants: [...g.tenants].sort(), resume_digests: resume });
     g.call = call;
     let over = false;
     const end = () => { if (!over) { over = true; this.ended(gen); } };
     call.on("data", (ev: WatchHoldsResponse__Output) => this.onEvent(gen, ev));
-    call.on("error", end);
+    call.on("error", (err) => { this.onError(err); end(); });
     call.on("end", end);
   }
 

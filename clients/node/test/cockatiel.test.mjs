@@ -1,28 +1,15 @@
 // CockatielAdvisor inside a real cockatiel retry policy, against the real
 // retryd binary (RETRYD_BIN, default target/debug/retryd of this checkout).
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import net from "node:net";
 import { after, before, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { handleWhen, retry } from "cockatiel";
 import * as retryd from "../dist/esm/index.js";
 import { CockatielAdvisor } from "../dist/esm/cockatiel.js";
+import { startRetryd } from "./retryd.mjs";
 
-const bin = process.env.RETRYD_BIN ?? fileURLToPath(new URL("../../../target/debug/retryd", import.meta.url));
 let server, addr;
 
-before(async () => {
-  const port = await new Promise((r) => { const s = net.createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => r(p)); }); });
-  addr = `127.0.0.1:${port}`;
-  server = spawn(bin, ["serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn"], { stdio: "ignore" });
-  for (let i = 0; ; i++) {
-    const ok = await new Promise((r) => { const c = net.connect(port, "127.0.0.1", () => { c.end(); r(true); }); c.on("error", () => r(false)); });
-    if (ok) break;
-    if (i > 200) throw new Error("retryd did not start");
-    await new Promise((r) => setTimeout(r, 50));
-  }
-});
+before(async () => { ({ proc: server, addr } = await startRetryd()); });
 after(() => server.kill("SIGKILL"));
 
 function client(catalog = "vibecode") {

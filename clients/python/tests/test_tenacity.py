@@ -8,6 +8,7 @@ import tempfile
 import time
 import unittest
 from pathlib import Path
+from typing import Any
 
 import grpc
 from tenacity import Retrying, stop_after_attempt
@@ -26,15 +27,23 @@ def free_port() -> int:
     return port
 
 
+def start_retryd(*extra: str) -> tuple[subprocess.Popen, str, Any]:
+    """A real `retryd serve` (RETRYD_BIN) on a free port, ready: (process, address, its log file)."""
+    binary = os.environ.get("RETRYD_BIN") or str(ROOT / "target" / "debug" / "retryd")
+    log = tempfile.TemporaryFile()
+    addr = f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen([binary, "serve", "--listen", addr, "--metrics-listen", "off", "--log-level", "warn", *extra],
+                            stdout=subprocess.DEVNULL, stderr=log)
+    ch = grpc.insecure_channel(addr)
+    grpc.channel_ready_future(ch).result(timeout=30)
+    ch.close()
+    return proc, addr, log
+
+
 class TenacityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
-        binary = os.environ.get("RETRYD_BIN") or str(ROOT / "target" / "debug" / "retryd")
-        cls.log = tempfile.TemporaryFile()
-        cls.addr = f"127.0.0.1:{free_port()}"
-        cls.proc = subprocess.Popen([binary, "serve", "--listen", cls.addr, "--metrics-listen", "off",
-                                     "--log-level", "warn"], stdout=subprocess.DEVNULL, stderr=cls.log)
-        grpc.channel_ready_future(grpc.insecure_channel(cls.addr)).result(timeout=30)
+        cls.proc, cls.addr, cls.log = start_retryd()
 
     @classmethod
     def tearDownClass(cls) -> None:

@@ -44,6 +44,13 @@ impl Inner {
                     (Some(hold), retry_at, true)
                 }
                 Admission::Ask => {
+                    if self.skip_busy().is_some() {
+                        // retryd advised waiting: fail open, as when it is away
+                        if attempt == 1 {
+                            self.count(method, 0);
+                        }
+                        return Ok(String::new());
+                    }
                     self.counters.admit_rpcs.fetch_add(1, Ordering::Relaxed);
                     let req = pb::AdmitRequest {
                         catalog: self.catalog.clone(),
@@ -74,7 +81,10 @@ impl Inner {
                         }
                         other => {
                             let detail = match other {
-                                Ok(Err(s)) => format!("Admit failed: {}", s.message()),
+                                Ok(Err(s)) => {
+                                    self.busy.note(&s);
+                                    format!("Admit failed: {}", s.message())
+                                }
                                 _ => "Admit timed out".to_string(),
                             };
                             self.event(Event {
@@ -119,7 +129,9 @@ impl Inner {
                 probe_succeeded: true,
                 ..Default::default()
             };
-            let _ = tokio::time::timeout(self.timeout, stub.report_outcomes(req)).await;
+            if let Ok(Err(s)) = tokio::time::timeout(self.timeout, stub.report_outcomes(req)).await {
+                self.busy.note(&s);
+            }
         }
         self.event(Event::new("success", attempt));
     }

@@ -29,12 +29,17 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 mod admit;
+mod busy;
 mod error;
 use admit::fallback_decision;
+use busy::Busy;
+pub use busy::MAX_BUSY;
 use error::rejection;
 pub use error::{Decision, Error};
 mod mappers;
 mod mirror;
+mod rpcs;
+use rpcs::NotAnswered;
 pub mod tower_retry;
 mod words;
 pub use mappers::{DependencyError, HttpStatusError, IntoFailure, from_envelope, from_grpc, from_http, pushback};
@@ -198,7 +203,8 @@ impl<'a, T> Call<'a, T> {
 pub struct Event {
     /// `admit_refused`, `decision`, `wait`, `read_back`, `fallback`,
     /// `success`; the mirror's `mirror_stale` (its stream is down) and
-    /// `mirror_synced` (a snapshot arrived).
+    /// `mirror_synced` (a snapshot arrived); `retryd_busy` once per busy
+    /// period (retryd shed a call with advice to wait: see [`MAX_BUSY`]).
     pub kind: &'static str,
     /// The attempt (1-based).
     pub attempt: u32,
@@ -342,8 +348,9 @@ impl ClientBuilder {
         };
         let stub = RetryDecisionServiceClient::new(channel);
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        let busy = Arc::new(Busy::new(self.hook.clone()));
         let mirror = self.mirror.then(|| {
-            let m = Mirror::start(stub.clone(), self.hook.clone(), self.max_holds, stopped);
+            let m = Mirror::start(stub.clone(), self.hook.clone(), self.max_holds, stopped, busy.clone());
             // The client's own dependency and tenant are declared at once: the
             // snapshot usually arrives before the first call.
             m.want(
@@ -356,6 +363,7 @@ impl ClientBuilder {
             stub,
             mirror,
             stop,
+            busy,
             counters: Counters::default(),
             catalog: self.catalog,
             dependency: self.dependency,
@@ -418,6 +426,7 @@ struct Inner {
     mirror: Option<Arc<Mirror>>,
     // Dropped with the client (or set by close): the mirror's stream ends.
     stop: tokio::sync::watch::Sender<bool>,
+    busy: Arc<Busy>,
     counters: Counters,
     catalog: String,
     dependency: String,
@@ -432,49 +441,6 @@ struct Inner {
 }
 
 impl Inner {
-    fn count(&self, method: &str, i: usize) {
-        let key = (
-            self.catalog.clone(),
-            self.dependency.clone(),
-            self.tenant.clone(),
-            method.to_string(),
-        );
-        if let Ok(mut m) = self.counts.lock() {
-            m.entry(key).or_default()[i] += 1;
-        }
-    }
-
-    async fn flush(&self, timeout: Duration) {
-        let counts: Vec<pb::OutcomeCount> = match self.counts.lock() {
-            Ok(mut m) => m
-                .drain()
-                .take(1000)
-                .map(|((catalog, dependency, tenant, method), c)| pb::OutcomeCount {
-                    catalog,
-                    dependency,
-                    tenant,
-                    method,
-                    requests: c[0],
-                    successes: c[1],
-                    failures: c[2],
-                })
-                .collect(),
-            Err(_) => return,
-        };
-        if counts.is_empty() {
-            return;
-        }
-        let mut stub = self.stub.clone();
-        let n: u64 = counts.iter().map(|c| c.requests).sum();
-        self.counters.report_rpcs.fetch_add(1, Ordering::Relaxed);
-        self.counters.reported_requests.fetch_add(n, Ordering::Relaxed);
-        let req = pb::ReportOutcomesRequest {
-            counts,
-            ..Default::default()
-        };
-        let _ = tokio::time::timeout(timeout, stub.report_outcomes(req)).await;
-    }
-
     fn event(&self, e: Event) {
         if e.kind == "fallback" {
             self.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -522,7 +488,7 @@ impl Client {
         }
     }
 
-    /// Times retryd was unreachable or slow and the client decided alone.
+    /// Times retryd was unreachable, slow or busy and the client decided alone.
     pub fn fallbacks(&self) -> u64 {
         self.inner.fallbacks.load(Ordering::Relaxed)
     }
@@ -539,6 +505,12 @@ impl Client {
         if let Some(m) = &self.inner.mirror {
             m.close();
         }
+        // Reports are not sent while retryd's advice to wait runs: wait for
+        // it at closing, within the second the last flush has.
+        let left = self.inner.busy.remaining();
+        if !left.is_zero() && left < Duration::from_secs(1) {
+            tokio::time::sleep(left).await;
+        }
         self.inner.flush(Duration::from_secs(1)).await;
     }
 
@@ -551,6 +523,8 @@ impl Client {
             local_refusals: k.local_refusals.load(Ordering::Relaxed),
             report_rpcs: k.report_rpcs.load(Ordering::Relaxed),
             reported_requests: k.reported_requests.load(Ordering::Relaxed),
+            shed_answers: self.inner.busy.answers.load(Ordering::Relaxed),
+            busy_skips: self.inner.busy.skips.load(Ordering::Relaxed),
             ..Default::default()
         };
         if let Some(m) = &self.inner.mirror {
@@ -634,27 +608,27 @@ impl Client {
                     failure: Some(failure.clone()),
                     locale: inner.locale.clone(),
                 };
-                let mut stub = inner.stub.clone();
-                let resp = match tokio::time::timeout(inner.rpc_timeout(deadline), stub.classify(req)).await {
-                    Ok(Ok(r)) => r.into_inner().decision.unwrap_or_default(),
-                    Ok(Err(s)) if rejection::<E>(&s, None).is_some() => {
+                let resp = match inner.classify(req, deadline).await {
+                    Ok(d) => d,
+                    Err(NotAnswered::Status(s)) if rejection::<E>(&s, None).is_some() => {
                         return Err(rejection(&s, Some(err)).expect("checked above"));
                     }
-                    other => {
+                    Err(other) => {
                         if past(Duration::ZERO) {
                             return Err(Error::DeadlineExceeded { source: Some(err) });
                         }
-                        let why = match other {
-                            Ok(Err(s)) => s.message().to_string(),
-                            _ => "timed out".to_string(),
-                        };
+                        // a busy period is said once (`retryd_busy`), not per call
+                        let said = !matches!(other, NotAnswered::Busy(_));
+                        let why = other.why();
                         let may =
                             failure.operation == pb::OperationKind::Read as i32 || failure.idempotency_key_enforced;
                         if !may || attempt >= inner.fallback.max_attempts {
-                            inner.event(Event {
-                                detail: format!("Classify failed: {why}"),
-                                ..Event::new("fallback", attempt)
-                            });
+                            if said {
+                                inner.event(Event {
+                                    detail: format!("Classify failed: {why}"),
+                                    ..Event::new("fallback", attempt)
+                                });
+                            }
                             let decision = fallback_decision(&why, failure.operation == pb::OperationKind::Read as i32);
                             return Err(Error::Unavailable {
                                 decision: Box::new(decision),
@@ -662,11 +636,13 @@ impl Client {
                             });
                         }
                         let w = inner.fallback_wait(attempt);
-                        inner.event(Event {
-                            wait: w,
-                            detail: format!("Classify failed: {why}"),
-                            ..Event::new("fallback", attempt)
-                        });
+                        if said {
+                            inner.event(Event {
+                                wait: w,
+                                detail: format!("Classify failed: {why}"),
+                                ..Event::new("fallback", attempt)
+                            });
+                        }
                         break w;
                     }
                 };

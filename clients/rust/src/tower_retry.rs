@@ -34,7 +34,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::admit::fallback_decision;
-use crate::{Client, Decision, Error, Event, Failure, Operation, Verdict, pb, rejection};
+use crate::{Client, Decision, Error, Event, Failure, NotAnswered, Operation, Verdict, pb, rejection};
 
 /// A request and the attempt it is (1 for the first send).
 #[derive(Clone, Debug)]
@@ -222,10 +222,8 @@ where
                 failure: Some(failure),
                 locale: i.locale.clone(),
             };
-            let mut stub = i.stub.clone();
-            let why = match tokio::time::timeout(i.timeout, stub.classify(req)).await {
-                Ok(Ok(r)) => {
-                    let d = r.into_inner().decision.unwrap_or_default();
+            let why = match i.classify(req, None).await {
+                Ok(d) => {
                     if let Some(m) = &i.mirror {
                         m.learn(d.hold.as_ref());
                     }
@@ -247,18 +245,21 @@ where
                         source: err,
                     });
                 }
-                Ok(Err(s)) if rejection::<S::Error>(&s, None).is_some() => {
+                Err(NotAnswered::Status(s)) if rejection::<S::Error>(&s, None).is_some() => {
                     return Err(AdapterError::Stop(rejection(&s, Some(err)).expect("checked above")));
                 }
-                Ok(Err(s)) => s.message().to_string(),
-                Err(_) => "timed out".to_string(),
+                Err(other) => other,
             };
-            // retryd unreachable: the conservative fallback (every call here may be resent).
+            // retryd unreachable or busy: the conservative fallback (every call here may be resent).
             let read = spec.op == pb::OperationKind::Read as i32;
-            i.event(Event {
-                detail: format!("Classify failed: {why}"),
-                ..Event::new("fallback", attempt)
-            });
+            if !matches!(why, NotAnswered::Busy(_)) {
+                // a busy period is said once (`retryd_busy`), not per call
+                i.event(Event {
+                    detail: format!("Classify failed: {}", why.why()),
+                    ..Event::new("fallback", attempt)
+                });
+            }
+            let why = why.why();
             let decision = Box::new(fallback_decision(&why, read));
             if attempt >= i.fallback.max_attempts {
                 return Err(AdapterError::Stop(Error::Unavailable { decision, source: err }));

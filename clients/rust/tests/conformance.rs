@@ -159,23 +159,7 @@ async fn setup(client: &Client, sc: &Value, tenant: &str, dep: &str) -> Result<(
     for step in sc["setup"].as_array().cloned().unwrap_or_default() {
         if let Some(p) = step.get("place_quota_stop") {
             let at = SystemTime::now() + Duration::from_millis(p["resets_in_ms"].as_u64().unwrap());
-            let f = pb::Failure {
-                catalog: "frontspin".into(),
-                code: "RATE_LIMITED".into(),
-                operation: pb::OperationKind::Write as i32,
-                attempt: 1,
-                tenant: tenant.into(),
-                dependency: dep.into(),
-                quota_resets_at: Some(at.into()),
-                ..Default::default()
-            };
-            let d = stub
-                .classify(pb::ClassifyRequest {
-                    failure: Some(f),
-                    locale: String::new(),
-                })
-                .await
-                .unwrap();
+            let d = stub.classify(support::quota_stop(tenant, dep, at)).await.unwrap();
             assert!(d.into_inner().decision.unwrap().hold.is_some(), "setup placed no hold");
             // The stop stands for one placed elsewhere in the fleet: it reaches
             // the mirror by its watch event, within milliseconds (a call in that
@@ -231,7 +215,7 @@ async fn setup(client: &Client, sc: &Value, tenant: &str, dep: &str) -> Result<(
     Ok(())
 }
 
-async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<String> {
+async fn run_one(addr: String, down: String, slow: String, shedding: Option<String>, sc: Value) -> Vec<String> {
     let name = sc["name"].as_str().unwrap().to_string();
     let run = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -242,6 +226,10 @@ async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<Str
     let target = match sc["retryd"].as_str().unwrap_or("up") {
         "up" => addr.clone(),
         "slow" => slow,
+        "shedding" => match shedding {
+            Some(a) => a,
+            None => return vec!["no shedding retryd".into()],
+        },
         _ => down,
     };
     let waits: Arc<Mutex<Vec<Duration>>> = Arc::default();
@@ -423,6 +411,17 @@ async fn run_one(addr: String, down: String, slow: String, sc: Value) -> Vec<Str
     if let Some(n) = e["report_rpcs_max"].as_u64() {
         want(reports <= n, format!("ReportOutcomes RPCs {reports} > {n}"));
     }
+    // Shed answers and busy skips over the client's life: its mirror's
+    // stream, opened at connect, may be the RPC that met the shed server first.
+    if let Some(n) = e["shed_answers_min"].as_u64() {
+        want(
+            after.shed_answers >= n,
+            format!("shed answers {} < {n}", after.shed_answers),
+        );
+    }
+    if let Some(n) = e["busy_skips_min"].as_u64() {
+        want(after.busy_skips >= n, format!("busy skips {} < {n}", after.busy_skips));
+    }
     let reported = after.reported_requests - before.reported_requests;
     if let Some(n) = e["reported_requests"].as_u64() {
         want(reported == n, format!("reported first attempts {reported} != {n}"));
@@ -485,14 +484,28 @@ async fn conformance() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
+    let scenarios: Vec<Value> = files
+        .iter()
+        .map(|f| serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap())
+        .collect();
+    // A second retryd that sheds every call with advice (`--max-buffered-bytes
+    // 1`), started once if a scenario needs it, before the scenarios start
+    // together (its start would compete with their first calls).
+    let shedding = match scenarios.iter().any(|sc| sc["retryd"] == "shedding") {
+        true => {
+            let flags = ["--max-buffered-bytes", "1"];
+            Some(support::start_with(&bin, "conf-rust-shed", TOKEN, Some(&policy), &flags).await)
+        }
+        false => None,
+    };
     let t0 = std::time::Instant::now();
     let mut tasks = Vec::new();
-    for f in &files {
-        let sc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+    for sc in scenarios {
         let name = sc["name"].as_str().unwrap().to_string();
+        let shed = shedding.as_ref().map(|s| s.addr.clone());
         tasks.push((
             name,
-            tokio::spawn(run_one(addr.clone(), down.clone(), slow.clone(), sc)),
+            tokio::spawn(run_one(addr.clone(), down.clone(), slow.clone(), shed, sc)),
         ));
     }
     let mut failed = 0;
@@ -511,5 +524,6 @@ async fn conformance() {
         t0.elapsed().as_secs_f64()
     );
     drop(server);
+    drop(shedding);
     assert_eq!(failed, 0, "conformance scenarios failed");
 }

@@ -36,6 +36,43 @@ import (
 // slow is the address of a retryd that never answers (main sets it).
 var slow string
 
+// shedding: a second retryd that sheds every call with advice
+// (--max-buffered-bytes 1), started once, if a scenario needs it.
+var (
+	shedOnce              sync.Once
+	shedAddr, shedErr     string
+	shedBin, shedTok, pol string
+	shedSrv               *exec.Cmd
+)
+
+func shedding() (string, error) {
+	shedOnce.Do(func() {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort())
+		srv := exec.Command(shedBin, "serve", "--listen", addr, "--metrics-listen", "off", "--operator-token-file", shedTok,
+			"--log-level", "error", "--max-buffered-bytes", "1")
+		srv.Env = append(os.Environ(), "RETRYD_POLICY="+pol)
+		srv.Stderr = os.Stderr
+		if err := srv.Start(); err != nil {
+			shedErr = err.Error()
+			return
+		}
+		shedSrv = srv
+		for i := 0; i < 200; i++ {
+			if conn, err := net.Dial("tcp", addr); err == nil {
+				conn.Close()
+				shedAddr = addr
+				return
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		shedErr = "the shedding retryd did not listen on " + addr
+	})
+	if shedErr != "" {
+		return "", errors.New(shedErr)
+	}
+	return shedAddr, nil
+}
+
 const token = "conformance-operator-token-0123456789"
 
 type errorSpec struct {
@@ -272,6 +309,12 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 		target = down
 	case "slow":
 		target = slow
+	case "shedding":
+		a, err := shedding()
+		if err != nil {
+			return []string{err.Error()}
+		}
+		target = a
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c, err := retryd.New(target, retryd.WithCatalog(sc.Call.Catalog), retryd.WithDependency(depName), retryd.WithTenant(tenant),
@@ -322,8 +365,11 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 	elapsed := time.Since(t0)
 	_ = c.Close() // flushes the outcome counts
 	after := c.Stats()
+	// Shed answers and busy skips over the client's life: its mirror's
+	// stream, opened at New, may be the RPC that met the shed server first.
 	st := stats{admits: after.AdmitRPCs - before.AdmitRPCs, localRefusals: after.LocalRefusals - before.LocalRefusals,
-		reports: after.ReportRPCs - before.ReportRPCs, reported: after.ReportedRequests - before.ReportedRequests}
+		reports: after.ReportRPCs - before.ReportRPCs, reported: after.ReportedRequests - before.ReportedRequests,
+		shedAnswers: after.ShedAnswers, busySkips: after.BusySkips}
 
 	out := map[string]string{}
 	var re *retryd.RefusedError
@@ -361,7 +407,9 @@ func runOne(stub pb.RetryDecisionServiceClient, addr, down string, sc *scenario)
 }
 
 // stats: what the client sent during the call phase (and the final flush).
-type stats struct{ admits, localRefusals, reports, reported uint64 }
+type stats struct {
+	admits, localRefusals, reports, reported, shedAnswers, busySkips uint64
+}
 
 func check(sc *scenario, dep *dependency, waits []time.Duration, total time.Duration, refusals int, result string,
 	out map[string]string, elapsed time.Duration, fallbacks uint64, st stats) []string {
@@ -449,6 +497,12 @@ func check(sc *scenario, dep *dependency, waits []time.Duration, total time.Dura
 	if n, ok := num("report_rpcs_max"); ok {
 		want(float64(st.reports) <= n, "ReportOutcomes RPCs %d > %v", st.reports, n)
 	}
+	if n, ok := num("shed_answers_min"); ok {
+		want(float64(st.shedAnswers) >= n, "shed answers %d < %v", st.shedAnswers, n)
+	}
+	if n, ok := num("busy_skips_min"); ok {
+		want(float64(st.busySkips) >= n, "busy skips %d < %v", st.busySkips, n)
+	}
 	if n, ok := num("reported_requests"); ok {
 		want(float64(st.reported) == n, "reported first attempts %d != %v", st.reported, n)
 	}
@@ -528,7 +582,14 @@ func main() {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
 	srv := exec.Command(bin, "serve", "--listen", addr, "--metrics-listen", "off", "--operator-token-file", tok, "--log-level", "warn")
 	// The suite's own catalog (a circuit with a 600 ms probe), on top of the embedded ones.
-	srv.Env = append(os.Environ(), "RETRYD_POLICY="+filepath.Join(filepath.Dir(dir), "policies"))
+	shedBin, shedTok, pol = bin, tok, filepath.Join(filepath.Dir(dir), "policies")
+	srv.Env = append(os.Environ(), "RETRYD_POLICY="+pol)
+	defer func() {
+		if shedSrv != nil {
+			_ = shedSrv.Process.Kill()
+			_ = shedSrv.Wait()
+		}
+	}()
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
 		panic(err)
@@ -557,6 +618,16 @@ func main() {
 	}
 	defer ln.Close()
 	slow = ln.Addr().String()
+	// The shedding retryd, if a scenario needs it, starts before the
+	// scenarios start together (its start would compete with their first calls).
+	for _, sc := range scs {
+		if sc.Retryd == "shedding" {
+			if _, err := shedding(); err != nil {
+				panic(err)
+			}
+			break
+		}
+	}
 	t0 := time.Now()
 	res := make([][]string, len(scs))
 	var wg sync.WaitGroup
@@ -578,6 +649,10 @@ func main() {
 	if failed > 0 {
 		_ = srv.Process.Signal(os.Interrupt)
 		_ = srv.Wait()
+		if shedSrv != nil {
+			_ = shedSrv.Process.Kill()
+			_ = shedSrv.Wait()
+		}
 		os.Exit(1)
 	}
 }

@@ -11,9 +11,9 @@ import grpc
 import grpc.aio
 
 from .errors import REJECTION_CODES
-from ._support import Tls, _channel_args, _Counts
-from ._loop import Event, Fallback, Opts, deadline_of, loop, to_hold
-from ._mirror import ASK, Mirror, MirrorStats
+from ._base import _Base
+from ._support import Tls, _channel_args
+from ._loop import Event, Fallback, Opts, loop
 from ._watch import TaskWatch, ThreadWatch
 from .mappers import default_mapper
 from .v1 import retryd_pb2 as pb
@@ -21,93 +21,6 @@ from .v1 import retryd_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 log = logging.getLogger("retryd")
-
-
-class _Base:
-    def __init__(self, address: str, *, catalog: Optional[str] = None, dependency: Optional[str] = None,
-                 tenant: Optional[str] = None, locale: Optional[str] = None, timeout: float = 0.05,
-                 tls: Optional[Tls] = None, connect_timeout: float = 1.0,
-                 fallback: Optional[Fallback] = None, on_event: Optional[Callable[[Event], None]] = None,
-                 report_interval: float = 1.0, mirror: bool = True, mirror_max_holds: int = 10_000) -> None:
-        self.address = address
-        self.catalog, self.dependency, self.tenant, self.locale = catalog, dependency, tenant, locale
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.fallback = fallback or Fallback()
-        self.on_event = on_event
-        self.fallbacks = 0  # how many times retryd was unreachable or slow and the fallback decided
-        self._counts = _Counts(report_interval)
-        self._tls = tls
-        self._mirror_on = mirror
-        self._mirror = Mirror(mirror_max_holds, on_change=self._mirror_changed)
-        self._mirror.want((dependency or "",), (tenant or "",))
-
-    def stats(self) -> MirrorStats:
-        """A copy of the mirror's and the RPCs' counters (see MirrorStats)."""
-        with self._mirror.lock:
-            return MirrorStats(**vars(self._mirror.stats))
-
-    def mirror_holds(self, dependency: Optional[str] = None) -> list:
-        """The holds in the mirror now (of one dependency, or all), as `Hold`s."""
-        with self._mirror.lock:
-            hs = list(self._mirror.holds.by_dep.get(dependency, {}).values()) if dependency is not None \
-                else list(self._mirror.holds.by_id.values())
-        return [to_hold(h.msg) for h in hs]
-
-    def _mirror_changed(self, state: str) -> None:
-        # "stale": the watch is down (known holds still refuse, the rest goes to Admit); "synced": back.
-        (log.warning if state == "stale" else log.info)("retryd: holds mirror %s", state)
-        self._event(Event("mirror_" + state, 0))
-
-    def _local(self, o: Opts) -> Any:
-        if not self._mirror_on:
-            return ASK
-        return self._mirror.admit(o.catalog or "", o.dependency or "", o.tenant or "", o.method or "")
-
-    def _answered(self, o: Opts, resp: Any) -> None:
-        """Holds in Admit's and Classify's answers go into the mirror at once."""
-        if not self._mirror_on:
-            return
-        h = resp.hold if hasattr(resp, "admitted") else resp.decision.hold
-        if h.id:
-            self._mirror.learn(h, o.tenant or "")
-
-    def _sent(self, what: str, req: Any = None) -> None:
-        st = self._mirror.stats
-        with self._mirror.lock:
-            if what == "admit":
-                st.admit_rpcs += 1
-            else:
-                st.report_rpcs += 1
-                if req is not None:
-                    st.reported_requests += sum(c.requests for c in req.counts)
-
-    def _creds(self) -> Optional[grpc.ChannelCredentials]:
-        t = self._tls
-        return grpc.ssl_channel_credentials(t.ca, t.key, t.cert) if t else None
-
-    def _opts(self, operation: Optional[str], method: Optional[str], idempotency_key: Optional[str],
-              idempotency_key_enforced: bool, read_back: Any, to_failure: Any, deadline: Any) -> Opts:
-        wall, mono = deadline_of(deadline)
-        return Opts(self.catalog, self.dependency, self.tenant, self.locale, operation, method,
-                    idempotency_key, idempotency_key_enforced, read_back, to_failure, wall, mono, self.fallback)
-
-    def _rpc_timeout(self, o: Opts) -> float:
-        if o.deadline_mono is None:
-            return self.timeout
-        return max(0.001, min(self.timeout, o.deadline_mono - time.monotonic()))
-
-    def _event(self, e: Event) -> None:
-        if e.kind == "fallback":
-            self.fallbacks += 1
-            log.warning("retryd: %s; conservative fallback (attempt %d)", e.detail, e.attempt)
-        else:
-            log.debug("retryd: %s", e)
-        if self.on_event is not None:
-            self.on_event(e)
-
-    def _key(self, o: Opts) -> tuple[str, str, str, str]:
-        return (o.catalog or "", o.dependency or "", o.tenant or "", o.method or "")
 
 
 class Client(_Base):
@@ -142,7 +55,7 @@ class Client(_Base):
             grpc.channel_ready_future(self._channel).result(timeout=self.connect_timeout)
         except grpc.FutureTimeoutError:
             log.warning("retryd: %s not reachable in %.2f s; calls use the fallback until it is", address, self.connect_timeout)
-        self._watch = ThreadWatch(self._stub)
+        self._watch = ThreadWatch(self._stub, self._shed)
         if mirror:
             self._mirror.notify = self._watch.notify
             self._watch.start(self._mirror)
@@ -181,6 +94,9 @@ class Client(_Base):
         if kind == "mirror":
             return self._local(o)
         if kind in ("admit", "classify"):
+            skipped = self._busy_skip()
+            if skipped is not None:
+                return skipped
             rpc = self._stub.Admit if kind == "admit" else self._stub.Classify
             if kind == "admit":
                 self._sent("admit")
@@ -192,6 +108,7 @@ class Client(_Base):
                 name = e.code().name  # type: ignore[attr-defined]
                 if name in REJECTION_CODES:  # a mistake, not an outage: no fallback
                     return ("rejected", (name, e.details()))  # type: ignore[attr-defined]
+                self._shed(e)
                 return ("err", f"{name}: {e.details()}")  # type: ignore[attr-defined]
         if kind == "run":
             return self._catch(fn)
@@ -211,8 +128,8 @@ class Client(_Base):
             try:
                 self._stub.ReportOutcomes(pb.ReportOutcomesRequest(probe_token=eff[1], probe_succeeded=eff[2]),
                                           timeout=self.timeout)
-            except grpc.RpcError:
-                pass
+            except grpc.RpcError as e:
+                self._shed(e)
             return None
         raise AssertionError(kind)
 
@@ -224,15 +141,24 @@ class Client(_Base):
             return ("err", e)
 
     def _flush(self, force: bool) -> None:
-        req = self._counts.take(force)
+        req = self._counts.take(force, self._held_back_fn)
         if req is not None:
             self._sent("report", req)
             fut = self._stub.ReportOutcomes.future(req, timeout=max(self.timeout, 1.0) if force else self.timeout)
+            fut.add_done_callback(lambda f: self._reported(f, req))
             if force:
                 try:
                     fut.result()
                 except grpc.RpcError:
                     pass
+
+    def _reported(self, fut: Any, req: Any) -> None:
+        try:
+            err = fut.exception()
+        except grpc.FutureCancelledError:  # the channel closed under it
+            return
+        if err is not None and self._shed(err):
+            self._counts.put_back(req)  # shed, not lost: the next flush after the advice sends it
 
     def close(self) -> None:
         """Stops the mirror's watch, sends the outcome counts not yet reported and closes the channel."""
@@ -270,7 +196,7 @@ class AsyncClient(_Base):
         self._stub = pb_grpc.RetryDecisionServiceStub(self._channel)
         self._connected = False
         self._pending: set[asyncio.Future] = set()
-        self._watch = TaskWatch(self._stub)
+        self._watch = TaskWatch(self._stub, self._shed)
 
     def _start_watch(self) -> None:
         if self._mirror_on and self._watch.task is None:
@@ -326,6 +252,9 @@ class AsyncClient(_Base):
         if kind == "mirror":
             return self._local(o)
         if kind in ("admit", "classify"):
+            skipped = self._busy_skip()
+            if skipped is not None:
+                return skipped
             rpc = self._stub.Admit if kind == "admit" else self._stub.Classify
             if kind == "admit":
                 self._sent("admit")
@@ -337,6 +266,7 @@ class AsyncClient(_Base):
                 name = e.code().name  # type: ignore[attr-defined]
                 if name in REJECTION_CODES:  # a mistake, not an outage: no fallback
                     return ("rejected", (name, e.details()))  # type: ignore[attr-defined]
+                self._shed(e)
                 return ("err", f"{name}: {e.details()}")  # type: ignore[attr-defined]
         if kind == "run":
             return await self._catch(fn)
@@ -356,8 +286,8 @@ class AsyncClient(_Base):
             try:
                 await self._stub.ReportOutcomes(pb.ReportOutcomesRequest(probe_token=eff[1], probe_succeeded=eff[2]),
                                                 timeout=self.timeout)
-            except grpc.aio.AioRpcError:
-                pass
+            except grpc.aio.AioRpcError as e:
+                self._shed(e)
             return None
         raise AssertionError(kind)
 
@@ -372,15 +302,16 @@ class AsyncClient(_Base):
             return ("err", e)
 
     def _flush(self, force: bool) -> None:
-        req = self._counts.take(force)
+        req = self._counts.take(force, self._held_back_fn)
         if req is not None:
             self._sent("report", req)
 
             async def send() -> None:
                 try:
                     await self._stub.ReportOutcomes(req, timeout=max(self.timeout, 1.0))
-                except grpc.aio.AioRpcError:
-                    pass
+                except grpc.aio.AioRpcError as e:
+                    if self._shed(e):
+                        self._counts.put_back(req)  # shed, not lost: the next flush after the advice sends it
             t = asyncio.ensure_future(send())
             self._pending.add(t)
             t.add_done_callback(self._pending.discard)

@@ -3,7 +3,8 @@
 The sync and asyncio clients drive the same generator: it yields effects
 (("mirror",), ("admit", req), ("run",), ("classify", req), ("read_back",), ("sleep", s),
 ("report_probe", token, ok)) and receives their outcomes as ("ok", value) or
-("err", exception). Nothing here does I/O, so both drivers behave the same.
+("err", exception) -- or ("busy", detail): an RPC not sent because retryd advised
+waiting, taken as retryd unavailable. Nothing here does I/O, so both drivers behave the same.
 Admission is one step the holds mirror may answer: ("mirror",) receives True
 (admitted locally), (hold, retry_at) (refused locally) or None (send Admit).
 """
@@ -49,7 +50,9 @@ class Fallback:
 @dataclass(frozen=True)
 class Event:
     """One step of the loop, for logs and traces: kind is "admit_refused",
-    "decision", "wait", "read_back", "fallback" or "success"."""
+    "decision", "wait", "read_back", "fallback" or "success"; the client adds
+    "mirror_stale", "mirror_synced" and "retryd_busy" (once per busy period:
+    retryd shed a call and advised waiting `wait` seconds)."""
 
     kind: str
     attempt: int
@@ -58,6 +61,7 @@ class Event:
     wait: float = 0.0
     detail: str = ""
     local: bool = False  # decided by the client's holds mirror, no RPC
+    busy: bool = False  # a fallback because retryd advised waiting: the RPC was not sent
 
 
 _VERDICTS = {v: Verdict.of_proto(k, "VERDICT_") for k, v in pb.Verdict.items()}
@@ -192,7 +196,7 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
             if status == "rejected":
                 raise rejection(resp[0], resp[1])
             if status != "ok":
-                yield ("event", Event("fallback", attempt, detail=f"Admit failed: {resp}"))
+                yield ("event", Event("fallback", attempt, detail=f"Admit failed: {resp}", busy=status == "busy"))
                 if not admitted_once:
                     yield ("count", "request")  # Admit made no deposit
                 break
@@ -232,7 +236,8 @@ def loop(o: Opts, default_mapper: Mapper) -> Generator[tuple, tuple, Any]:
                 if o.deadline_mono is not None and time.monotonic() >= o.deadline_mono:
                     raise DeadlineExceeded("the deadline passed while asking retryd", None, exc)
                 wait = _fallback(o, failure, attempt)
-                yield ("event", Event("fallback", attempt, wait=wait or 0.0, detail=f"Classify failed: {resp}"))
+                yield ("event", Event("fallback", attempt, wait=wait or 0.0, detail=f"Classify failed: {resp}",
+                                      busy=status == "busy"))
                 if wait is None:
                     kind = "read" if failure.operation == pb.OPERATION_KIND_READ else "write"
                     d = Decision(verdict=Verdict.DO_NOT_RETRY, rule=f"client_fallback/{kind}",

@@ -16,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from ._busy import Busy
+from ._resume import bucket, bucket_digests, digest, until_ms
 from .v1 import retryd_pb2 as pb
 
 MAX_WATCHED = 256  # the server's limit on dependencies (and tenants) per stream
@@ -38,7 +40,10 @@ class MirrorStats:
     has its snapshot), `stale` (the stream is down; known holds still refuse),
     `holds` (held now), `admit_rpcs`, `local_admissions`, `local_refusals`,
     `report_rpcs` (ReportOutcomes sent), `reported_requests` (first attempts
-    they carried)."""
+    they carried); `shed_answers` (answers of a retryd with no room: RESOURCE_EXHAUSTED,
+    or a draining UNAVAILABLE), `busy_skips` (RPCs not sent because retryd advised
+    waiting); `resumed_syncs` (snapshots resumed from the mirror's digests) and
+    `resent_buckets` (the buckets they resent, summed)."""
 
     synced: bool = False
     stale: bool = False
@@ -48,13 +53,17 @@ class MirrorStats:
     local_refusals: int = 0
     report_rpcs: int = 0
     reported_requests: int = 0
+    shed_answers: int = 0
+    busy_skips: int = 0
+    resumed_syncs: int = 0
+    resent_buckets: int = 0
 
 
 class _H:
     """One hold as the mirror keeps it (times in server seconds)."""
 
     __slots__ = ("id", "catalog", "dependency", "tenant", "method", "scope", "until", "next_probe_at",
-                 "probing", "msg")
+                 "probing", "msg", "dg")
 
     def __init__(self, h: Any, tenant: str) -> None:
         self.id, self.catalog, self.dependency, self.method, self.scope = h.id, h.catalog, h.dependency, h.method, h.scope
@@ -63,6 +72,13 @@ class _H:
         self.next_probe_at = _secs(h.next_probe_at) if h.HasField("next_probe_at") else None
         self.probing = h.probing
         self.msg = h
+        self.dg: Optional[int] = None
+
+    def digest(self) -> int:
+        """Its resume digest, of `until` as the server sent it (computed once)."""
+        if self.dg is None:
+            self.dg = digest(self.id, until_ms(self.msg.until))
+        return self.dg
 
 
 class _Holds:
@@ -104,13 +120,14 @@ class Mirror:
     """
 
     def __init__(self, max_holds: int = 10_000, notify: Callable[[], None] = lambda: None,
-                 on_change: Callable[[str], None] = lambda s: None) -> None:
+                 on_change: Callable[[str], None] = lambda s: None, busy: Optional[Busy] = None) -> None:
         if max_holds < 1:
             raise ValueError("mirror_max_holds must be at least 1")
         self.max_holds = max_holds
         self.notify, self.on_change = notify, on_change
         self.lock = threading.Lock()
         self.stats = MirrorStats()
+        self.busy = busy or Busy()  # retryd's shed advice: no stream opens before it passes
         self.holds = _Holds()
         self.lifted: OrderedDict[str, float] = OrderedDict()
         self.offset = 0.0  # server clock - local clock
@@ -129,6 +146,7 @@ class Mirror:
         self.next_gen = 0
         self.cancels: dict[int, Callable[[], None]] = {}
         self.failures = 0  # consecutive stream failures, for the backoff
+        self.resuming = False  # the pending stream sent resume digests
         self.closed = False
 
     # ---- what the process calls ---------------------------------------------------------------
@@ -226,6 +244,11 @@ class Mirror:
         if old is not None and old.until > until:
             return
         holds.put(_H(h, tenant))
+        self._trim(holds)
+        if live:
+            self.stats.holds = len(holds.by_id)
+
+    def _trim(self, holds: _Holds) -> None:
         if len(holds.by_id) > self.max_holds:
             now = self.now()
             for x in [x for x in holds.by_id.values() if x.until <= now and x.next_probe_at is None]:
@@ -235,8 +258,6 @@ class Mirror:
                 holds.remove(soonest.id)
                 # A dropped hold must never let calls through silently: Admit decides until SYNCED.
                 self.dropped_deps.add(soonest.dependency)
-        if live:
-            self.stats.holds = len(holds.by_id)
 
     def _lift(self, holds: _Holds, h: Any) -> None:
         holds.remove(h.id)
@@ -255,7 +276,10 @@ class Mirror:
             self.pending_gen = gen
             self.staged = _Holds()
             self.cancels[gen] = cancel
-        return gen, pb.WatchHoldsRequest(dependencies=sorted(deps), tenants=sorted(tenants))
+            # A mirror with holds resumes: retryd resends only the buckets whose digest differs.
+            resume = bucket_digests(h.digest() for h in self.holds.by_id.values()) if self.holds.by_id else []
+            self.resuming = bool(resume)
+        return gen, pb.WatchHoldsRequest(dependencies=sorted(deps), tenants=sorted(tenants), resume_digests=resume)
 
     def set_cancel(self, gen: int, cancel: Callable[[], None]) -> None:
         with self.lock:
@@ -276,7 +300,11 @@ class Mirror:
             else:
                 return  # a replaced stream's late event
             if kind == _SYNCED:
+                # Synced again; a hold the resumed merge below drops to the cap stays marked.
+                self.dropped_deps.clear()
                 if not live:
+                    if self.resuming and ev.resumed:
+                        self._keep_unsent(holds, ev.resent_buckets)
                     # The new stream's snapshot is the truth: it replaces the old mirror.
                     self.holds, self.staged = holds, None
                     self.live_gen, self.pending_gen = gen, 0
@@ -285,7 +313,6 @@ class Mirror:
                     self.gen_sets = {g: s for g, s in self.gen_sets.items() if g >= gen}
                 deps, tenants, _ = self.gen_sets[gen]
                 self.synced_deps, self.synced_tenants = deps, tenants
-                self.dropped_deps.clear()
                 self.failures = 0
                 self.stats.holds = len(self.holds.by_id)
                 if self.stats.stale or not self.stats.synced:
@@ -310,6 +337,18 @@ class Mirror:
         if changed:
             self.on_change(changed)
             self.notify()
+
+    def _keep_unsent(self, staged: _Holds, resent: Any) -> None:
+        """A resumed snapshot sent only the buckets in `resent`: the mirror's holds in every
+        other bucket match retryd's and are kept (unless received, or lifted, since)."""
+        self.stats.resumed_syncs += 1
+        self.stats.resent_buckets += len(resent)
+        sent = set(resent)
+        for h in self.holds.by_id.values():
+            if h.id in staged.by_id or bucket(h.digest()) in sent or self.lifted.get(h.id, -1.0) >= h.until:
+                continue
+            staged.put(h)
+        self._trim(staged)
 
     def ended(self, gen: int) -> None:
         """A stream ended (error, server gone). The live one's end makes the mirror stale."""
@@ -341,9 +380,13 @@ class Mirror:
             live_ok = self.live_gen and self.live_gen in self.cancels and not self.stats.stale
             if live_ok and self.gen_sets.get(self.live_gen, (None, None, -1))[2] == self.version:
                 return "wait", 60.0
+            busy = self.busy.remaining()  # retryd advised waiting: no stream before then
             if self.failures:
                 # Full jitter, base 100 ms, x2, cap 5 s: a restarting retryd is not stampeded.
-                return "backoff", random.uniform(0, min(RECONNECT_CAP, RECONNECT_BASE * 2 ** (self.failures - 1)))
+                jitter = random.uniform(0, min(RECONNECT_CAP, RECONNECT_BASE * 2 ** (self.failures - 1)))
+                return "backoff", max(busy, jitter)
+            if busy > 0:
+                return "backoff", busy
             return "open", 0.0
 
     def close(self) -> list:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from .v1 import retryd_pb2 as pb
 
@@ -47,9 +47,12 @@ class _Counts:
             c = self.counts.setdefault(key, [0, 0, 0])
             c[{"request": 0, "success": 1, "failure": 2}[what]] += 1
 
-    def take(self, force: bool) -> Optional[pb.ReportOutcomesRequest]:
+    def take(self, force: bool, held_back: Callable[[], bool]) -> Optional[pb.ReportOutcomesRequest]:
+        """The next batch when one is due (or `force`), unless `held_back()` (retryd advised waiting)."""
         with self.lock:
             if not self.counts or (not force and time.monotonic() - self.last < self.interval):
+                return None
+            if held_back():
                 return None
             self.last = time.monotonic()
             items = list(self.counts.items())[:1000]
@@ -58,3 +61,12 @@ class _Counts:
         return pb.ReportOutcomesRequest(counts=[
             pb.OutcomeCount(catalog=k[0], dependency=k[1], tenant=k[2], method=k[3],
                             requests=c[0], successes=c[1], failures=c[2]) for k, c in items])
+
+    def put_back(self, req: pb.ReportOutcomesRequest) -> None:
+        """A batch retryd shed: kept for the next flush (merged into the counts by scope)."""
+        with self.lock:
+            for oc in req.counts:
+                c = self.counts.setdefault((oc.catalog, oc.dependency, oc.tenant, oc.method), [0, 0, 0])
+                c[0] += oc.requests
+                c[1] += oc.successes
+                c[2] += oc.failures

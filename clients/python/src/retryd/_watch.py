@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import grpc
 import grpc.aio
@@ -20,8 +20,9 @@ class ThreadWatch:
     """The sync Client's watch: a daemon supervisor thread and a daemon thread per stream
     (grpc's blocking streaming iterator)."""
 
-    def __init__(self, stub: Any) -> None:
+    def __init__(self, stub: Any, on_error: Callable[[Any], None] = lambda e: None) -> None:
         self.stub = stub
+        self.on_error = on_error  # a stream's error, for retryd's shed advice
         self.wake = threading.Event()
         self.closed = threading.Event()
         self.mirror: Optional[Mirror] = None
@@ -59,8 +60,8 @@ class ThreadWatch:
         try:
             for ev in call:
                 m.on_event(gen, ev)
-        except grpc.RpcError:
-            pass  # the mirror goes stale (if this stream was serving it) and reconnects
+        except grpc.RpcError as e:
+            self.on_error(e)  # the mirror goes stale (if this stream was serving it) and reconnects
         finally:
             m.ended(gen)
 
@@ -86,8 +87,9 @@ class ThreadWatch:
 class TaskWatch:
     """AsyncClient's watch: a supervisor task and a task per stream, on the client's loop."""
 
-    def __init__(self, stub: Any) -> None:
+    def __init__(self, stub: Any, on_error: Callable[[Any], None] = lambda e: None) -> None:
         self.stub = stub
+        self.on_error = on_error  # a stream's error, for retryd's shed advice
         self.wake: Optional[asyncio.Event] = None
         self.closed = False
         self.mirror: Optional[Mirror] = None
@@ -132,8 +134,10 @@ class TaskWatch:
         try:
             async for ev in call:
                 m.on_event(gen, ev)
-        except (grpc.aio.AioRpcError, asyncio.CancelledError):
-            pass  # the mirror goes stale (if this stream was serving it) and reconnects
+        except grpc.aio.AioRpcError as e:
+            self.on_error(e)  # the mirror goes stale (if this stream was serving it) and reconnects
+        except asyncio.CancelledError:
+            pass
         finally:
             m.ended(gen)
 

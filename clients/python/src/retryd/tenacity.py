@@ -53,13 +53,20 @@ class Policy:
         self._mapper = to_failure or default_mapper
 
     def _rpc(self, name: str, req: Any, cause: Optional[BaseException] = None) -> Optional[Any]:
-        """The answer, None when retryd is unreachable or slow; raises Rejected on a mistake."""
+        """The answer, None when retryd is unreachable, slow or advised waiting (its shed advice:
+        not sent); raises Rejected on a mistake."""
+        if self._client._held_back():
+            self._client.fallbacks += 1
+            return None
+        if name == "Admit":
+            self._client._sent("admit")
         try:
             return getattr(self._client._stub, name)(req, timeout=self._client.timeout)
         except grpc.RpcError as e:
             code = e.code().name  # type: ignore[attr-defined]
             if code in REJECTION_CODES:
                 raise rejection(code, e.details(), cause) from cause  # type: ignore[attr-defined]
+            self._client._shed(e)
             self._client.fallbacks += 1
             return None
 
@@ -75,7 +82,6 @@ class Policy:
         if local is not None:
             hold = to_hold(local[0])
             raise Held(f"held until {hold.until if hold else local[1]}: {hold.reason if hold else ''} (local)", hold)
-        self._client._sent("admit")
         resp = self._rpc("Admit", pb.AdmitRequest(catalog=o.catalog or "", dependency=o.dependency or "",
                                                   tenant=o.tenant or "", method=o.method or "",
                                                   operation=pb.OPERATION_KIND_READ if o.operation == "read"

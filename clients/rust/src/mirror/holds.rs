@@ -13,6 +13,8 @@ pub(super) struct MHold {
     pub(super) method: String,
     pub(super) scope: i32,
     pub(super) until: SystemTime,
+    /// `until` as the server sent it, in Unix ms (its resume digest).
+    pub(super) until_ms: i64,
     pub(super) next_probe: Option<SystemTime>,
     pub(super) probing: bool,
     pub(super) raw: pb::Hold,
@@ -127,32 +129,40 @@ impl State {
         if set.get(&h.id).is_some_and(|old| until < old.until) {
             return;
         }
-        set.remove(&h.id);
         let m = MHold {
             catalog: h.catalog.clone(),
             tenant: h.tenant.clone(),
             method: h.method.clone(),
             scope: h.scope,
             until,
+            until_ms: h
+                .until
+                .map_or(0, |t| t.seconds.saturating_mul(1000) + i64::from(t.nanos) / 1_000_000),
             next_probe: time_of(&h.next_probe_at),
             probing: h.probing || kind == pb::HoldEventKind::Probing as i32,
             raw: h,
         };
-        let (id, dep) = (m.raw.id.clone(), m.raw.dependency.clone());
-        set.by_id.insert(id.clone(), dep.clone());
-        set.by_dep.entry(dep).or_default().insert(id, m);
-        if set.by_id.len() > max {
-            // Full: drop the hold ending soonest; its dependency goes back to
-            // Admit until the next SYNCED, so the drop never lets a call through.
-            let soonest = set
-                .by_dep
-                .iter()
-                .flat_map(|(d, m)| m.iter().map(move |(id, h)| (h.until, d.clone(), id.clone())))
-                .min();
-            if let Some((_, dep, id)) = soonest {
-                set.dropped.insert(dep);
-                set.remove(&id);
-            }
+        put(set, m, max);
+    }
+}
+
+/// Stores `m` in `set` (replacing its id), within the bound `max`.
+pub(super) fn put(set: &mut HoldSet, m: MHold, max: usize) {
+    set.remove(&m.raw.id);
+    let (id, dep) = (m.raw.id.clone(), m.raw.dependency.clone());
+    set.by_id.insert(id.clone(), dep.clone());
+    set.by_dep.entry(dep).or_default().insert(id, m);
+    if set.by_id.len() > max {
+        // Full: drop the hold ending soonest; its dependency goes back to
+        // Admit until the next SYNCED, so the drop never lets a call through.
+        let soonest = set
+            .by_dep
+            .iter()
+            .flat_map(|(d, m)| m.iter().map(move |(id, h)| (h.until, d.clone(), id.clone())))
+            .min();
+        if let Some((_, dep, id)) = soonest {
+            set.dropped.insert(dep);
+            set.remove(&id);
         }
     }
 }

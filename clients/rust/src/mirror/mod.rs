@@ -4,7 +4,7 @@
 //! probe points and scopes not yet synced ask `Admit`.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -12,10 +12,12 @@ use rand::Rng;
 use tokio::sync::{Notify, mpsc, watch};
 use tonic::transport::Channel;
 
+use crate::busy::Busy;
 use crate::pb::retry_decision_service_client::RetryDecisionServiceClient;
 use crate::{Event, Hook, pb};
 
 mod holds;
+mod resume;
 use holds::{HoldSet, State, time_of};
 
 /// How many dependencies (and, apart, tenants) one stream watches; calls
@@ -51,6 +53,14 @@ pub struct MirrorStats {
     pub report_rpcs: u64,
     /// First attempts those reports carried.
     pub reported_requests: u64,
+    /// retryd's answers shedding an RPC with retry advice.
+    pub shed_answers: u64,
+    /// `Classify` and `Admit` RPCs not sent while that advice ran.
+    pub busy_skips: u64,
+    /// Snapshots retryd resumed from the mirror's bucket digests.
+    pub resumed_syncs: u64,
+    /// The buckets those snapshots sent again.
+    pub resent_buckets: u64,
 }
 
 /// Why [`crate::Client::watch`] could not cover what it was asked.
@@ -99,6 +109,9 @@ pub(crate) struct Mirror {
     changed: watch::Sender<u64>,
     hook: Option<Hook>,
     stub: RetryDecisionServiceClient<Channel>,
+    busy: Arc<Busy>,
+    resumed: AtomicU64,
+    resent: AtomicU64,
 }
 
 impl Mirror {
@@ -107,8 +120,15 @@ impl Mirror {
         hook: Option<Hook>,
         max: usize,
         stop: watch::Receiver<bool>,
+        busy: Arc<Busy>,
     ) -> Arc<Mirror> {
-        let m = Arc::new(Mirror {
+        let m = Arc::new(Mirror::new(stub, hook, max, busy));
+        tokio::spawn(m.clone().run(stop));
+        m
+    }
+
+    fn new(stub: RetryDecisionServiceClient<Channel>, hook: Option<Hook>, max: usize, busy: Arc<Busy>) -> Mirror {
+        Mirror {
             max,
             state: RwLock::new(State::default()),
             offset_ns: AtomicI64::new(0),
@@ -116,9 +136,10 @@ impl Mirror {
             changed: watch::Sender::new(0),
             hook,
             stub,
-        });
-        tokio::spawn(m.clone().run(stop));
-        m
+            busy,
+            resumed: AtomicU64::new(0),
+            resent: AtomicU64::new(0),
+        }
     }
 
     fn now(&self) -> SystemTime {
@@ -237,6 +258,8 @@ impl Mirror {
             out.holds = s.live.by_id.len();
             out.synced = s.ever_synced && !s.stale && s.covered(&s.want_deps, &s.want_tenants);
         }
+        out.resumed_syncs = self.resumed.load(Ordering::Relaxed);
+        out.resent_buckets = self.resent.load(Ordering::Relaxed);
     }
 
     fn set_stale(&self, why: String) {
@@ -262,7 +285,13 @@ impl Mirror {
         let mut retry: Option<tokio::time::Instant> = None;
         loop {
             if pending.is_none() && retry.is_none() {
-                pending = self.clone().maybe_open(live.as_ref().map(|l| (&l.1, &l.2)), &tx);
+                // No stream is opened while retryd advises waiting (it would be shed too).
+                let busy = self.busy.remaining();
+                if busy.is_zero() {
+                    pending = self.clone().maybe_open(live.as_ref().map(|l| (&l.1, &l.2)), &tx);
+                } else {
+                    retry = Some(tokio::time::Instant::now() + busy);
+                }
             }
             let gen = |x: &Live| x.as_ref().map(|l| l.0);
             tokio::select! {
@@ -280,7 +309,7 @@ impl Mirror {
                     Msg::Ended(g, why) if gen(&pending) == Some(g) => {
                         pending = None;
                         failures += 1;
-                        retry = Some(tokio::time::Instant::now() + backoff(failures));
+                        retry = Some(tokio::time::Instant::now() + backoff(failures).max(self.busy.remaining()));
                         if live.is_none() {
                             self.set_stale(why);
                         }
@@ -289,7 +318,7 @@ impl Mirror {
                         live = None;
                         self.set_stale(why);
                         failures += 1;
-                        retry = Some(tokio::time::Instant::now() + backoff(failures));
+                        retry = Some(tokio::time::Instant::now() + backoff(failures).max(self.busy.remaining()));
                     }
                     _ => {}
                 },
@@ -338,18 +367,31 @@ impl Mirror {
         let req = pb::WatchHoldsRequest {
             dependencies: deps.iter().cloned().collect(),
             tenants: tenants.iter().cloned().collect(),
+            // resume from the holds the mirror has
+            resume_digests: self
+                .state
+                .read()
+                .map(|s| resume::bucket_digests(&s.live))
+                .unwrap_or_default(),
             ..Default::default()
         };
+        let resuming = !req.resume_digests.is_empty();
         let mut stream = match self.stub.clone().watch_holds(req).await {
             Ok(s) => s.into_inner(),
-            Err(e) => return format!("WatchHolds failed: {}", e.message()),
+            Err(e) => {
+                self.busy.note(&e);
+                return format!("WatchHolds failed: {}", e.message());
+            }
         };
         let mut snap = Some(HoldSet::default());
         loop {
             let ev = match stream.message().await {
                 Ok(Some(ev)) => ev,
                 Ok(None) => return "WatchHolds ended".into(),
-                Err(e) => return format!("WatchHolds failed: {}", e.message()),
+                Err(e) => {
+                    self.busy.note(&e);
+                    return format!("WatchHolds failed: {}", e.message());
+                }
             };
             if let Some(t) = time_of(&ev.server_time) {
                 let off = match t.duration_since(SystemTime::now()) {
@@ -363,8 +405,14 @@ impl Mirror {
                     return "poisoned".into();
                 };
                 if ev.kind == pb::HoldEventKind::Synced as i32 {
-                    snap.take().map(|set| {
-                        // The new snapshot is the truth: it replaces the mirror whole.
+                    snap.take().map(|mut set| {
+                        // The new snapshot is the truth: it replaces the mirror
+                        // whole, or, resumed, the buckets it resent.
+                        if resuming && ev.resumed {
+                            set = s.merge_resumed(set, &ev.resent_buckets, self.max);
+                            self.resumed.fetch_add(1, Ordering::Relaxed);
+                            self.resent.fetch_add(ev.resent_buckets.len() as u64, Ordering::Relaxed);
+                        }
                         s.live = set;
                         s.live_gen = gen;
                         s.sync_deps = deps.clone();

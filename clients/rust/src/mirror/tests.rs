@@ -16,15 +16,7 @@ fn hold(id: &str, scope: pb::Scope, tenant: &str, until: SystemTime) -> pb::Hold
 fn synced(max: usize) -> Arc<Mirror> {
     let stub =
         RetryDecisionServiceClient::new(tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy());
-    let m = Arc::new(Mirror {
-        max,
-        state: RwLock::new(State::default()),
-        offset_ns: AtomicI64::new(0),
-        kick: Notify::new(),
-        changed: watch::Sender::new(0),
-        hook: None,
-        stub,
-    });
+    let m = Arc::new(Mirror::new(stub, None, max, Arc::new(crate::busy::Busy::new(None))));
     m.want(&["d".into()], &["t".into()]);
     let mut s = m.state.write().unwrap();
     s.sync_deps.insert("d".into());

@@ -4,6 +4,26 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The failure that places a tenant quota stop until `resets_at`
+/// (frontspin `RATE_LIMITED` with the dependency's own reset time).
+#[allow(dead_code)] // not every test binary places one
+pub fn quota_stop(tenant: &str, dep: &str, resets_at: std::time::SystemTime) -> retryd_client::pb::ClassifyRequest {
+    use retryd_client::pb;
+    pb::ClassifyRequest {
+        failure: Some(pb::Failure {
+            catalog: "frontspin".into(),
+            code: "RATE_LIMITED".into(),
+            operation: pb::OperationKind::Write as i32,
+            attempt: 1,
+            tenant: tenant.into(),
+            dependency: dep.into(),
+            quota_resets_at: Some(resets_at.into()),
+            ..Default::default()
+        }),
+        locale: String::new(),
+    }
+}
+
 /// A running retryd; killed when dropped.
 pub struct Retryd {
     pub addr: String,
@@ -51,7 +71,14 @@ pub fn binary() -> Option<PathBuf> {
 
 /// Starts retryd with an operator token file holding `token`, and the
 /// catalogs of `policy` (RETRYD_POLICY) on top of the embedded ones.
+#[allow(dead_code)] // not every test binary starts one plainly
 pub async fn start(bin: &Path, name: &str, token: &str, policy: Option<&Path>) -> Retryd {
+    start_with(bin, name, token, policy, &[]).await
+}
+
+/// [`start`] with more `serve` flags (e.g. `--max-buffered-bytes 1`: a
+/// retryd that sheds every call with advice).
+pub async fn start_with(bin: &Path, name: &str, token: &str, policy: Option<&Path>, flags: &[&str]) -> Retryd {
     let dir = std::env::temp_dir().join(format!("retryd-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let tok = dir.join("operator.token");
@@ -73,6 +100,7 @@ pub async fn start(bin: &Path, name: &str, token: &str, policy: Option<&Path>) -
         ])
         .arg("--operator-token-file")
         .arg(&tok)
+        .args(flags)
         .kill_on_drop(true)
         .spawn()
         .unwrap();

@@ -291,28 +291,34 @@ class ReleaseHoldResponse(_message.Message):
     def __init__(self, hold: _Optional[_Union[Hold, _Mapping]] = ...) -> None: ...
 
 class WatchHoldsRequest(_message.Message):
-    __slots__ = ("catalog", "dependency", "tenant", "dependencies", "tenants")
+    __slots__ = ("catalog", "dependency", "tenant", "dependencies", "tenants", "resume_digests")
     CATALOG_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     TENANTS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     catalog: str
     dependency: str
     tenant: str
     dependencies: _containers.RepeatedScalarFieldContainer[str]
     tenants: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., tenants: _Optional[_Iterable[str]] = ...) -> None: ...
+    resume_digests: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, catalog: _Optional[str] = ..., dependency: _Optional[str] = ..., tenant: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., tenants: _Optional[_Iterable[str]] = ..., resume_digests: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WatchHoldsResponse(_message.Message):
-    __slots__ = ("kind", "hold", "server_time")
+    __slots__ = ("kind", "hold", "server_time", "resumed", "resent_buckets")
     KIND_FIELD_NUMBER: _ClassVar[int]
     HOLD_FIELD_NUMBER: _ClassVar[int]
     SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    RESENT_BUCKETS_FIELD_NUMBER: _ClassVar[int]
     kind: HoldEventKind
     hold: Hold
     server_time: _timestamp_pb2.Timestamp
-    def __init__(self, kind: _Optional[_Union[HoldEventKind, str]] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ..., server_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    resumed: bool
+    resent_buckets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[HoldEventKind, str]] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ..., server_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resumed: _Optional[bool] = ..., resent_buckets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Hold(_message.Message):
     __slots__ = ("id", "catalog", "dependency", "tenant", "method", "scope", "kind", "since", "until", "code", "rule", "reason", "probing", "next_probe_at")
