@@ -53,7 +53,8 @@ final class Busy {
           com.google.protobuf.Duration d = any.unpack(RetryInfo.class).getRetryDelay();
           if (d.getSeconds() >= 0 && d.getNanos() >= 0 && d.getNanos() < 1_000_000_000) {
             // Seconds past the cap need no multiplication (which could overflow).
-            return d.getSeconds() >= CAP_MS / 1000 ? CAP_MS : Math.min(CAP_MS, d.getSeconds() * 1000 + d.getNanos() / 1_000_000);
+            return d.getSeconds() >= CAP_MS / 1000 ? CAP_MS
+                : Math.min(CAP_MS, d.getSeconds() * 1000 + d.getNanos() / 1_000_000);
           }
         } catch (InvalidProtocolBufferException ignored) {
           // a malformed detail is no advice: the pushback may still say

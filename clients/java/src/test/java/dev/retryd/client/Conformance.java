@@ -115,7 +115,7 @@ public final class Conformance {
   }
 
   /**
-   * The second retryd of {@code "retryd": "shedding"} scenarios: started once, when the first needs it, with
+   * The second retryd of {@code "retryd": "shedding"} scenarios: started once, before the scenarios if one needs it, with
    * {@code --max-buffered-bytes 1} (it sheds every call but health checks, with retry advice), the same operator token
    * and RETRYD_POLICY as the first.
    */
@@ -372,8 +372,12 @@ public final class Conformance {
       ExecutorService pool = Executors.newFixedThreadPool(files.size());
       List<Future<List<String>>> res = new ArrayList<>();
       List<String> names = new ArrayList<>();
-      for (Path f : files) {
-        JsonObject sc = JsonParser.parseString(Files.readString(f)).getAsJsonObject();
+      List<JsonObject> scs = new ArrayList<>();
+      for (Path f : files) scs.add(JsonParser.parseString(Files.readString(f)).getAsJsonObject());
+      // The shedding retryd, if a scenario needs it, starts before the scenarios start together (a debug server
+      // booting beside their first calls would compete with them).
+      if (scs.stream().anyMatch(sc -> str(sc, "retryd").equals("shedding"))) shedding.addr();
+      for (JsonObject sc : scs) {
         names.add(str(sc, "name"));
         res.add(pool.submit(() -> runOne(addr, down, slow, shedding, sc)));
       }
