@@ -24,12 +24,12 @@ final class Busy {
   private final AtomicLong until = new AtomicLong(NONE);
 
   /**
-   * A retryd answer that sheds the call: RESOURCE_EXHAUSTED, or UNAVAILABLE carrying advice (a draining server's,
-   * usually 0). An UNAVAILABLE with none is retryd away (refused connection, network), not a shed answer.
+   * A retryd answer that sheds the call: RESOURCE_EXHAUSTED or UNAVAILABLE carrying advice (retryd's sheds always do;
+   * a draining server's is 0). Without advice it is retryd away (refused connection, network) or not retryd's own
+   * answer, as the other libraries count it.
    */
   static boolean shed(Throwable t) {
-    Status.Code code = Status.fromThrowable(t).getCode();
-    return code == Status.Code.RESOURCE_EXHAUSTED || (code == Status.Code.UNAVAILABLE && adviceMillis(t) != null);
+    return adviceMillis(t) != null;
   }
 
   /**

@@ -14,7 +14,7 @@ package dev.retryd.client;
  * @param reportRpcs ReportOutcomes RPCs sent (batches of counts and probe outcomes)
  * @param reportedRequests first attempts sent in those batches (the budgets' deposits; a batch retryd shed is counted
  *     when it is sent again)
- * @param shedAnswers answers of retryd shedding a call (RESOURCE_EXHAUSTED, or a draining server's UNAVAILABLE):
+ * @param shedAnswers answers of retryd shedding a call (RESOURCE_EXHAUSTED or UNAVAILABLE with retry advice):
  *     this client's RPCs', and the shared watch stream's
  * @param busySkips RPCs (Admit, Classify, ReportOutcomes) not sent because retryd advised waiting
  * @param resumedSyncs watch snapshots that resumed the mirror from its bucket digests (the shared watch's)

@@ -69,8 +69,9 @@ final class ShedChecks {
     expect(bad, "pushback a day: capped", Busy.CAP_MS, exhausted(null, 0, "86400000"));
     expect(bad, "no advice", null, exhausted(null, 0));
     expect(bad, "another code's RetryInfo", null, answer(Status.Code.INTERNAL, 1L, 0, "1000"));
-    // What a shed answer is: RESOURCE_EXHAUSTED, or UNAVAILABLE with advice (draining); retryd away is not one.
-    if (!Busy.shed(exhausted(null, 0))) bad.add("RESOURCE_EXHAUSTED without advice is not shed");
+    // What a shed answer is: RESOURCE_EXHAUSTED or UNAVAILABLE with advice (draining: 0); retryd away is not one.
+    if (!Busy.shed(exhausted(0L, 300_000_000))) bad.add("RESOURCE_EXHAUSTED with advice is not shed");
+    if (Busy.shed(exhausted(null, 0))) bad.add("RESOURCE_EXHAUSTED without advice counted as shed");
     if (Busy.shed(Status.UNAVAILABLE.withDescription("connection refused").asRuntimeException())) bad.add("retryd away counted as shed");
     if (!Busy.shed(answer(Status.Code.UNAVAILABLE, 0L, 0))) bad.add("a draining server's UNAVAILABLE is not shed");
     if (Busy.shed(answer(Status.Code.INTERNAL, 1L, 0))) bad.add("INTERNAL counted as shed");
