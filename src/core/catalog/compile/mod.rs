@@ -66,6 +66,9 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
     // The parser's first complaint about a line is the one that says what
     // is wrong; the others on that line follow from it.
     errors.dedup_by(|later, first| later.line.is_some() && later.line == first.line);
+    // The deserializer consumes a tree; a copy of it (strings borrowed from
+    // `text`) is kept to place the errors found later, not a second parse.
+    let tree = root.get_ref().clone();
     let catalog = match CatalogSource::deserialize(root.into_deserializer()) {
         Ok(source) => Some(c.catalog(source)),
         Err(e) => {
@@ -79,13 +82,9 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
         }
     };
     let syntax_lines: Vec<usize> = errors.iter().filter_map(|e| e.line).collect();
-    // The tree was given to the deserializer: parsed once more for every
-    // error's line (a parse per error made a many-error file quadratic).
-    let mut parsed = None;
     for mut e in c.errors {
         if e.line.is_none() {
-            let root = parsed.get_or_insert_with(|| DeTable::parse_recoverable(text).0);
-            e.line = line_of_key_in(root.get_ref(), &lines, &e.key);
+            e.line = line_of_key_in(&tree, &lines, &e.key);
         }
         // The parser's stand-in for a value it could not read is no value of
         // the file's: its syntax error is the one to report on that line.
