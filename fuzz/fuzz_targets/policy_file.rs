@@ -1,6 +1,7 @@
 //! bytes → UTF-8 (lossy) → `compile_catalog("fuzz.toml", text)` → if it
 //! compiles, a Policy built from it (`Policy::from_sources`) decides a few
-//! failures for every code, operation and attempt shape. Nothing may panic.
+//! failures for every code, operation and attempt shape, and the file's own
+//! `[[tests]]` run as `retryd policy test` runs them. Nothing may panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -8,6 +9,7 @@ use retryd::core::catalog::compile_catalog;
 use retryd::core::{
     Failure, Operation, Policy, ReadBack, RetryContract, SideEffectState, Strategy, UnixMillis, decide,
 };
+use retryd::safety::test::{has_tests_section, run_file};
 
 const NOW: UnixMillis = UnixMillis(1_786_190_700_000);
 
@@ -82,4 +84,8 @@ fuzz_target!(|data: &[u8]| {
     decide_all(&policy, &catalog.name, &codes);
     // The default catalog is chosen for a failure that names none.
     decide_all(&policy, "", &codes[codes.len() - 2..]);
+    if has_tests_section(&text) {
+        // Pass or fail, the report is the answer; only a panic is a finding.
+        let _ = run_file("fuzz.toml", &text, &policy, Some(&catalog.name));
+    }
 });

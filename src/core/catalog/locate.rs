@@ -74,22 +74,26 @@ pub fn line_of_key_in(root: &DeTable<'_>, lines: &Lines, path: &str) -> Option<u
     found.map(|offset| lines.line(offset))
 }
 
-/// The path of the last key that starts on 1-based line `line` (for naming
-/// where a syntax error is), e.g. `codes[2].read`.
-pub fn key_on_line(root: &DeTable<'_>, lines: &Lines, line: usize) -> Option<String> {
-    let mut found = None;
-    visit(root, &String::new, lines, line, &mut found);
-    found.map(|(_, path)| path)
+/// For each of the 1-based `lines` (ascending, no repeats), the path of the
+/// last key that starts on it (for naming where a syntax error is), e.g.
+/// `codes[2].read`. One walk of the tree for all of them: a file with many
+/// syntax errors is not walked once per error.
+pub fn keys_on_lines(root: &DeTable<'_>, lines: &Lines, wanted: &[usize]) -> Vec<Option<String>> {
+    let mut found = vec![None; wanted.len()];
+    if !wanted.is_empty() {
+        visit(root, &String::new, lines, wanted, &mut found);
+    }
+    found.into_iter().map(|f| f.map(|(_, path)| path)).collect()
 }
 
-/// Walks every key; a key's path is only written out when it is on `line`
-/// (writing each key's path was most of a many-error compile).
+/// Walks every key; a key's path is only written out when it is on a wanted
+/// line (writing each key's path was most of a many-error compile).
 fn visit(
     table: &DeTable<'_>,
     parent: &dyn Fn() -> String,
     lines: &Lines,
-    line: usize,
-    found: &mut Option<(usize, String)>,
+    wanted: &[usize],
+    found: &mut [Option<(usize, String)>],
 ) {
     for (key, value) in table.iter() {
         let name = key.get_ref().as_ref();
@@ -102,15 +106,17 @@ fn visit(
             }
         };
         let start = key.span().start;
-        if lines.line(start) == line && found.as_ref().is_none_or(|(s, _)| start >= *s) {
-            *found = Some((start, path()));
+        if let Ok(i) = wanted.binary_search(&lines.line(start)) {
+            if found[i].as_ref().is_none_or(|(s, _)| start >= *s) {
+                found[i] = Some((start, path()));
+            }
         }
         match value.get_ref() {
-            DeValue::Table(t) => visit(t, &path, lines, line, found),
+            DeValue::Table(t) => visit(t, &path, lines, wanted, found),
             DeValue::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     if let DeValue::Table(t) = item.get_ref() {
-                        visit(t, &|| format!("{}[{i}]", path()), lines, line, found);
+                        visit(t, &|| format!("{}[{i}]", path()), lines, wanted, found);
                     }
                 }
             }
@@ -134,6 +140,27 @@ mod tests {
         // a missing leaf falls back to the deepest part that exists
         assert_eq!(line_of_key(TEXT, "codes[1].condition.ru"), Some(8));
         assert_eq!(line_of_key(TEXT, "nothing"), None);
+    }
+
+    /// One walk names the last key of every wanted line, nested and in
+    /// array items; a line with no key has none.
+    #[test]
+    fn names_the_last_key_of_each_wanted_line() {
+        let (root, _) = DeTable::parse_recoverable(TEXT);
+        let keys = keys_on_lines(root.get_ref(), &Lines::of_text(TEXT), &[1, 3, 4, 6, 10, 99]);
+        let keys: Vec<Option<&str>> = keys.iter().map(Option::as_deref).collect();
+        assert_eq!(
+            keys,
+            [
+                Some("name"),
+                Some("backoff.base_ms"),
+                None,
+                Some("codes[0].code"),
+                Some("codes[1].write.verdict"),
+                None
+            ]
+        );
+        assert!(keys_on_lines(root.get_ref(), &Lines::of_text(TEXT), &[]).is_empty());
     }
 
     /// The line of every offset is the count of newlines before it, plus one

@@ -13,7 +13,7 @@ use serde::de::IntoDeserializer as _;
 use toml::de::DeTable;
 
 use super::holds::{DEFAULT_MAX_DELAY_MS, compile_hold, compile_quota};
-use super::locate::{Lines, key_on_line, line_of_key_in};
+use super::locate::{Lines, keys_on_lines, line_of_key_in};
 use super::source::{CatalogSource, CodeSource, Field, RuleSource, TextSource, UnknownKeys};
 use super::{Backoff, Catalog, CodeEntry, DelayKind, LocalText, Rule};
 use crate::core::model::{Locale, SideEffectState, TargetReached, TerminalState, Verdict};
@@ -51,21 +51,30 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
     };
     let mut errors: Vec<CatalogError> = syntax
         .iter()
-        .map(|e| {
-            let line = e.span().map(|s| lines.line(s.start));
-            CatalogError {
-                file: file.to_owned(),
-                line,
-                key: line
-                    .and_then(|l| key_on_line(root.get_ref(), &lines, l))
-                    .unwrap_or_else(|| "toml".to_owned()),
-                message: format!("TOML syntax: {}", one_line(e.message())),
-            }
+        .map(|e| CatalogError {
+            file: file.to_owned(),
+            line: e.span().map(|s| lines.line(s.start)),
+            key: String::new(),
+            message: format!("TOML syntax: {}", one_line(e.message())),
         })
         .collect();
     // The parser's first complaint about a line is the one that says what
     // is wrong; the others on that line follow from it.
     errors.dedup_by(|later, first| later.line.is_some() && later.line == first.line);
+    let mut syntax_lines: Vec<usize> = errors.iter().filter_map(|e| e.line).collect();
+    syntax_lines.sort_unstable();
+    syntax_lines.dedup();
+    let keys = keys_on_lines(root.get_ref(), &lines, &syntax_lines);
+    for e in &mut errors {
+        let key = e
+            .line
+            .and_then(|l| syntax_lines.binary_search(&l).ok())
+            .and_then(|i| keys[i].clone());
+        e.key = key.unwrap_or_else(|| "toml".to_owned());
+    }
+    // The deserializer consumes a tree; a copy of it (strings borrowed from
+    // `text`) is kept to place the errors found later, not a second parse.
+    let tree = root.get_ref().clone();
     let catalog = match CatalogSource::deserialize(root.into_deserializer()) {
         Ok(source) => Some(c.catalog(source)),
         Err(e) => {
@@ -78,18 +87,13 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
             None
         }
     };
-    let syntax_lines: Vec<usize> = errors.iter().filter_map(|e| e.line).collect();
-    // The tree was given to the deserializer: parsed once more for every
-    // error's line (a parse per error made a many-error file quadratic).
-    let mut parsed = None;
     for mut e in c.errors {
         if e.line.is_none() {
-            let root = parsed.get_or_insert_with(|| DeTable::parse_recoverable(text).0);
-            e.line = line_of_key_in(root.get_ref(), &lines, &e.key);
+            e.line = line_of_key_in(&tree, &lines, &e.key);
         }
         // The parser's stand-in for a value it could not read is no value of
         // the file's: its syntax error is the one to report on that line.
-        if !e.line.is_some_and(|l| syntax_lines.contains(&l)) {
+        if e.line.is_none_or(|l| syntax_lines.binary_search(&l).is_err()) {
             errors.push(e);
         }
     }

@@ -1,15 +1,20 @@
 //! Writes the committed seed corpora (`fuzz/corpus/<target>/seed-*`):
-//! encoded requests for `classify_request`, the embedded catalogs and broken
-//! variants of them for `policy_file`. Run from the repository root:
+//! encoded requests for `classify_request`; for `policy_file`, small
+//! catalogs that each carry a hold, a budget and a `[[tests]]` table
+//! (`catalogs.rs`), and broken variants of them. Run from the repository root:
 //! `cargo run --manifest-path fuzz/Cargo.toml --example gen_corpus`.
+
+mod catalogs;
 
 use std::fs;
 use std::path::Path;
 
 use prost::Message as _;
 use prost_types::Timestamp;
-use retryd::core::policy::EMBEDDED;
+use retryd::core::Policy;
+use retryd::core::catalog::compile_catalog;
 use retryd::grpc::pb;
+use retryd::safety::test::{has_tests_section, run_file};
 
 fn failure(catalog: &str, code: &str, op: pb::OperationKind, method: &str) -> pb::Failure {
     pb::Failure {
@@ -109,28 +114,33 @@ fn requests() -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
-/// Broken variants of a valid catalog text, each a plausible editing mistake.
-fn broken(name: &str, text: &str) -> Vec<(String, String)> {
-    let mut half = text.len() / 2;
-    while !text.is_char_boundary(half) {
-        half -= 1;
-    }
-    let mut out = vec![
-        (format!("{name}-truncated"), text[..half].to_owned()),
-        (
-            format!("{name}-bad-verdict"),
-            text.replacen("retry_with_limit", "retry_forever", 1),
-        ),
-        (format!("{name}-no-name"), text.replacen("name = ", "nam = ", 1)),
-        (
-            format!("{name}-negative-attempts"),
-            text.replacen("max_attempts = ", "max_attempts = -", 1),
-        ),
-        (
-            format!("{name}-huge-multiplier"),
-            text.replacen("multiplier = ", "multiplier = 1e308 #", 1),
-        ),
+/// Variants of a small catalog, each a plausible editing mistake that leaves
+/// its hold, budget and tests in place (or breaks one of them), and whether
+/// it must fail to compile (an extreme value is not a mistake).
+fn broken(name: &str, text: &str) -> Vec<(String, String, bool)> {
+    let edits: &[(&str, &str, &str, bool)] = &[
+        ("bad-verdict", "retry_with_limit", "retry_forever", true),
+        ("no-name", "name = ", "nam = ", true),
+        ("negative-attempts", "max_attempts = ", "max_attempts = -", true),
+        ("huge-multiplier", "multiplier = ", "multiplier = 1e308 #", false),
+        ("bad-hold-kind", "kind = \"", "kind = \"snooze", true),
+        ("hold-unknown-key", "hold = { ", "hold = { hold_sec = 5, ", true),
+        ("bad-window", "window = \"", "window = \"10 parsecs ", true),
+        ("budget-over-100", "retry_percent = ", "retry_percent = 1", true),
+        ("tests-unclosed", "expect = {", "expect = {{", true),
+        ("no-quota", "[quota]", "[quota_]", true),
     ];
+    let mut out: Vec<(String, String, bool)> = edits
+        .iter()
+        .filter(|(_, from, _, _)| text.contains(from))
+        .map(|(what, from, to, fails)| (format!("{name}-{what}"), text.replacen(from, to, 1), *fails))
+        .collect();
+    // Cut inside the last test's inline table: a syntax error at the end.
+    let mut cut = text.len() - 20;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    out.push((format!("{name}-truncated"), text[..cut].to_owned(), true));
     if let Some(start) = text.find("[[codes]]") {
         let end = text[start + 9..]
             .find("[[codes]]")
@@ -138,9 +148,31 @@ fn broken(name: &str, text: &str) -> Vec<(String, String)> {
         let mut dup = text.to_owned();
         dup.push('\n');
         dup.push_str(&text[start..end]);
-        out.push((format!("{name}-duplicate-code"), dup));
+        out.push((format!("{name}-duplicate-code"), dup, true));
     }
     out
+}
+
+/// A seed that does not do what its name says would fuzz something else:
+/// each small catalog compiles, has a hold rule, a budget and tests that
+/// pass (each mistake of `broken` fails to compile, checked in `main`).
+fn check(name: &str, text: &str) {
+    let catalog = compile_catalog("seed.toml", text).unwrap_or_else(|e| panic!("seed {name}: {e:?}"));
+    let holds = catalog
+        .codes()
+        .iter()
+        .flat_map(|c| [&c.read, &c.write])
+        .any(|r| r.hold.is_some());
+    assert!(holds, "seed {name} has no hold rule");
+    assert!(!catalog.budgets.is_empty(), "seed {name} has no budget");
+    assert!(has_tests_section(text), "seed {name} has no [[tests]]");
+    let policy = Policy::from_sources([("seed.toml", text)], &catalog.name).expect("it compiled");
+    let report = run_file("seed.toml", text, &policy, Some(&catalog.name));
+    assert!(
+        report.failed.is_empty() && report.errors.is_empty() && report.passed > 0,
+        "seed {name}: {}",
+        report.to_text()
+    );
 }
 
 fn main() -> std::io::Result<()> {
@@ -152,11 +184,26 @@ fn main() -> std::io::Result<()> {
     }
     let dir = root.join("policy_file");
     fs::create_dir_all(&dir)?;
-    for (file, text) in EMBEDDED {
-        let name = Path::new(file).file_stem().and_then(|s| s.to_str()).unwrap_or("policy");
+    // The seeds are exactly what this writes (older seeds, such as the
+    // embedded catalogs of issue 6, go).
+    for entry in fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("seed-"))
+        {
+            fs::remove_file(path)?;
+        }
+    }
+    for (i, (name, text)) in catalogs::SMALL.iter().enumerate() {
+        check(name, text);
         fs::write(dir.join(format!("seed-{name}.toml")), text)?;
-        if name == "vibecode" || name == "http" {
-            for (bad, text) in broken(name, text) {
+        // Two catalogs' worth of broken variants: more would be more of the same.
+        if i < 2 {
+            for (bad, text, fails) in broken(name, text) {
+                let compiled = compile_catalog("seed.toml", &text).is_ok();
+                assert!(compiled != fails, "seed {bad}: compiles = {compiled}");
                 fs::write(dir.join(format!("seed-{bad}.toml")), text)?;
             }
         }
