@@ -80,15 +80,16 @@ pub struct HoldEvent {
     pub hold: Hold,
 }
 
-/// The outcome of placing a plan locally.
+/// The outcome of placing a plan locally. The holds are the mirror's own
+/// (shared, not copied: most placements meet a hold in force and keep it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placed {
     /// A new hold.
-    New(Hold),
+    New(Arc<Hold>),
     /// The hold in force, extended.
-    Extended(Hold),
+    Extended(Arc<Hold>),
     /// The hold in force, unchanged (it ends later, or barely earlier).
-    Kept(Hold),
+    Kept(Arc<Hold>),
     /// Not placed: the hold cap is reached and nothing may be evicted for it.
     Full,
 }
@@ -100,8 +101,9 @@ struct State {
     /// process (keys carry client-chosen tenants), at a fraction of SipHash.
     /// The key is shared with `by_id` (one allocation per scope), and each
     /// scope's list starts with room for one hold (a `Vec`'s first growth
-    /// would reserve four: most of a hold's memory).
-    by_key: HashMap<Arc<str>, Vec<Hold>, foldhash::fast::RandomState>,
+    /// would reserve four: most of a hold's memory). Holds are shared, so a
+    /// decision that meets one takes a reference, not a copy of its strings.
+    by_key: HashMap<Arc<str>, Vec<Arc<Hold>>, foldhash::fast::RandomState>,
     /// hold id → storage key, in id order: ListHolds' cursor and a watch's
     /// snapshot walk it (an extended hold keeps its place).
     by_id: BTreeMap<Id, Arc<str>>,
@@ -176,7 +178,7 @@ fn due_instants(h: &Hold) -> [Option<UnixMillis>; 2] {
 }
 
 impl State {
-    fn get(&self, key: &str, kind: HoldKind) -> Option<&Hold> {
+    fn get(&self, key: &str, kind: HoldKind) -> Option<&Arc<Hold>> {
         self.by_key.get(key)?.iter().find(|h| h.kind == kind)
     }
 
@@ -226,14 +228,15 @@ impl State {
         }
     }
 
-    fn insert(&mut self, key: String, hold: Hold) -> Option<Hold> {
+    fn insert(&mut self, key: String, hold: impl Into<Arc<Hold>>) -> Option<Arc<Hold>> {
+        let hold = hold.into();
         let id = self.id_of(&hold.id);
         let key: Arc<str> = match self.by_key.get_key_value(key.as_str()) {
             Some((shared, _)) => Arc::clone(shared),
             None => Arc::from(key),
         };
         self.by_id.insert(Arc::clone(&id), Arc::clone(&key));
-        let indexed = hold.clone();
+        let indexed = Arc::clone(&hold);
         let holds = self.by_key.entry(key).or_insert_with(|| Vec::with_capacity(1));
         let old = match holds.iter_mut().find(|h| h.kind == hold.kind) {
             Some(slot) => Some(std::mem::replace(slot, hold)),
@@ -256,7 +259,7 @@ impl State {
         old
     }
 
-    fn remove_id(&mut self, id: &str) -> Option<Hold> {
+    fn remove_id(&mut self, id: &str) -> Option<Arc<Hold>> {
         let key = Arc::clone(self.by_id.get(id)?);
         let holds = self.by_key.get_mut(&key);
         let hold = holds.and_then(|hs| {
@@ -296,7 +299,9 @@ pub struct Mirror {
     /// just restarted and still empty.
     loaded: tokio::sync::watch::Sender<bool>,
     /// Bumped before and after every write: a reader that sees the same
-    /// value before and after its reads saw no write (see [`Self::changes`]).
+    /// value before and after its reads saw no write (see [`Self::changes`]);
+    /// a batch's memo of holds per scope ([`super::ScopeHolds`]) and a
+    /// watch's resume digests check it.
     changes: AtomicU64,
 }
 
@@ -411,12 +416,12 @@ impl Mirror {
     /// `tenant` under `catalog`: its tenant, dependency and method holds.
     pub fn covering(&self, catalog: &str, dependency: &str, tenant: &str, method: &str, now: UnixMillis) -> Vec<Hold> {
         let mut out = Vec::new();
-        self.each_covering(catalog, dependency, tenant, method, now, |h| out.push(h.clone()));
+        self.each_covering(catalog, dependency, tenant, method, now, |h| out.push(Hold::clone(h)));
         out
     }
 
     /// The active hold covering a call that ends last, if any: the one
-    /// [`Self::covering`] lookup a decision needs, cloning only the winner.
+    /// [`Self::covering`] lookup a decision needs, sharing the winner.
     pub fn ending_last(
         &self,
         catalog: &str,
@@ -424,11 +429,11 @@ impl Mirror {
         tenant: &str,
         method: &str,
         now: UnixMillis,
-    ) -> Option<Hold> {
-        let mut best: Option<Hold> = None;
+    ) -> Option<Arc<Hold>> {
+        let mut best: Option<Arc<Hold>> = None;
         self.each_covering(catalog, dependency, tenant, method, now, |h| {
             if best.as_ref().is_none_or(|b| b.until < h.until) {
-                best = Some(h.clone());
+                best = Some(Arc::clone(h));
             }
         });
         best
@@ -445,7 +450,7 @@ impl Mirror {
         tenant: &str,
         method: &str,
         now: UnixMillis,
-        mut f: impl FnMut(&Hold),
+        mut f: impl FnMut(&Arc<Hold>),
     ) {
         thread_local! {
             static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
@@ -480,7 +485,7 @@ impl Mirror {
             .get(key)?
             .iter()
             .find(|h| h.id == id && h.active(now))
-            .cloned()
+            .map(|h| Hold::clone(h))
     }
 
     /// Every active hold, ending soonest first.
@@ -491,7 +496,7 @@ impl Mirror {
             .values()
             .flatten()
             .filter(|h| h.active(now))
-            .cloned()
+            .map(|h| Hold::clone(h))
             .collect();
         all.sort_by(|a, b| a.until.cmp(&b.until).then_with(|| a.id.cmp(&b.id)));
         all
@@ -516,7 +521,7 @@ impl Mirror {
             }
             let found = state.by_key.get(key).and_then(|hs| hs.iter().find(|h| *h.id == **id));
             if let Some(h) = found.filter(|h| h.active(now) && keep(h)) {
-                out.push(h.clone());
+                out.push(Hold::clone(h));
             }
         }
         out
@@ -553,7 +558,7 @@ impl Mirror {
                 .and_then(|key| state.by_key.get(key))
                 .and_then(|hs| hs.iter().find(|h| *h.id == **id));
             if let Some(h) = found.filter(|h| h.active(now) && keep(h)) {
-                out.push(h.clone());
+                out.push(Hold::clone(h));
             }
         }
         out
@@ -627,7 +632,7 @@ impl Mirror {
             return Merge::Place;
         }
         let key = storage_key(plan.scope, plan.catalog, plan.dependency, plan.subject);
-        hold::merge(self.read().get(&key, plan.kind), plan.until, now)
+        hold::merge(self.read().get(&key, plan.kind).map(|h| &**h), plan.until, now)
     }
 
     /// Places `plan` at `now` for an unnamed caller (see [`Self::place_by`]).
@@ -649,18 +654,28 @@ impl Mirror {
         let key = storage_key(plan.scope, plan.catalog, plan.dependency, plan.subject);
         let mut state = self.write();
         let existing = state.get(&key, plan.kind).cloned();
-        let placed = match hold::merge(existing.as_ref(), plan.until, now) {
+        let placed = match hold::merge(existing.as_deref(), plan.until, now) {
+            // Most placements meet the hold in force and keep it: shared,
+            // copied only when a new caller corroborates it.
             Merge::Keep => match existing {
-                Some(mut h) => {
-                    if caller != 0 && h.rank.corroborate(caller) {
-                        state.insert(key, h.clone());
+                Some(h) => {
+                    let mut rank = h.rank;
+                    if caller != 0 && rank.corroborate(caller) {
+                        let h = Arc::new(Hold {
+                            rank,
+                            ..Hold::clone(&h)
+                        });
+                        state.insert(key, Arc::clone(&h));
+                        Placed::Kept(h)
+                    } else {
+                        Placed::Kept(h)
                     }
-                    Placed::Kept(h)
                 }
                 None => Placed::Full,
             },
             Merge::Extend => match existing {
-                Some(mut h) => {
+                Some(h) => {
+                    let mut h = Arc::unwrap_or_clone(h);
                     if caller != 0 {
                         h.rank.corroborate(caller);
                     }
@@ -669,7 +684,8 @@ impl Mirror {
                     h.code = plan.code.to_owned();
                     h.rule = plan.rule.to_owned();
                     h.reason = plan.reason.to_owned();
-                    state.insert(key, h.clone());
+                    let h = Arc::new(h);
+                    state.insert(key, Arc::clone(&h));
                     Placed::Extended(h)
                 }
                 None => Placed::Full,
@@ -684,7 +700,8 @@ impl Mirror {
                     Placed::Full
                 } else {
                     h.id = new_id();
-                    state.insert(key, h.clone());
+                    let h = Arc::new(h);
+                    state.insert(key, Arc::clone(&h));
                     Placed::New(h)
                 }
             }
@@ -750,7 +767,7 @@ impl Mirror {
                     for_dependency = %newcomer.key.dependency,
                     "hold evicted at --max-holds"
                 );
-                state.evicted_out.push(h.clone());
+                state.evicted_out.push(Hold::clone(&h));
                 self.evicted_pending.fetch_add(1, Ordering::Relaxed);
             }
             self.emit(HoldEventKind::Lifted, &h);
@@ -805,7 +822,7 @@ impl Mirror {
         self.settle_len(&state);
         drop(state);
         self.emit(HoldEventKind::Lifted, &hold);
-        Some(hold)
+        Some(Arc::unwrap_or_clone(hold))
     }
 
     /// Drops expired holds, announcing each as lifted, and announces the
@@ -839,7 +856,12 @@ impl Mirror {
     fn get_any(&self, id: &str) -> Option<Hold> {
         let state = self.read();
         let key = state.by_id.get(id)?;
-        state.by_key.get(key)?.iter().find(|h| h.id == id).cloned()
+        state
+            .by_key
+            .get(key)?
+            .iter()
+            .find(|h| h.id == id)
+            .map(|h| Hold::clone(h))
     }
 
     /// Whether probe slot `slot` of hold `id` is known to be taken.

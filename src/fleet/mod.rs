@@ -10,6 +10,7 @@ pub mod caller;
 pub mod memory;
 pub mod mirror;
 pub mod redis;
+pub mod scope_holds;
 pub mod store;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use sha2::{Digest, Sha256};
 pub use caller::{PlacementLimiter, PlacementLimits};
 pub use memory::MemoryStore;
 pub use mirror::{HoldEvent, HoldEventKind, Mirror, Placed, Redeemed};
+pub use scope_holds::ScopeHolds;
 pub use store::SharedStore;
 
 use crate::core::budget::BudgetRule;
@@ -318,7 +320,7 @@ impl Fleet {
         tenant: &str,
         method: &str,
         now: UnixMillis,
-    ) -> Option<Hold> {
+    ) -> Option<Arc<Hold>> {
         if self.mirror.is_empty() {
             return None;
         }
@@ -485,9 +487,9 @@ impl Fleet {
         match self.mirror.place(&plan, now, new_id) {
             Placed::New(placed) | Placed::Extended(placed) => {
                 self.store.put(&placed);
-                placed
+                Arc::unwrap_or_clone(placed)
             }
-            Placed::Kept(kept) => kept,
+            Placed::Kept(kept) => Arc::unwrap_or_clone(kept),
             Placed::Full => h.clone(),
         }
     }

@@ -156,7 +156,7 @@ pub fn explain(door: &Door, call: &Call<'_>) -> Result<http::Response<axum::body
                 would_place: Option<HoldJson<'d>>,
             }
             serde_json::to_vec(&Answer {
-                decision: DecisionJson::new(&e.decided.decision, e.decided.hold.as_ref()),
+                decision: DecisionJson::new(&e.decided.decision, e.decided.hold.as_deref()),
                 would_place: e.would_place.as_ref().map(|h| HoldJson::new(h, h.key.tenant())),
             })
             .unwrap_or_default()

@@ -307,7 +307,7 @@ fn run_case(case: &CaseSource, policy: &Policy, catalog: Option<&str>) -> Result
     let decided = read_only(policy, &failure, now, Given::new(&holds, None)).map_err(|e| e.to_string())?;
     let (d, hold) = (decided.decision, decided.hold);
     let got = Outcome::of(&d);
-    Ok(compare(&case.expect, &got, hold.as_ref()))
+    Ok(compare(&case.expect, &got, hold.as_deref()))
 }
 
 fn hold_of(h: &HoldSource, i: usize, f: &Failure<'_>, policy: &Policy, now: UnixMillis) -> Result<Hold, String> {

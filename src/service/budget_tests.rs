@@ -82,10 +82,7 @@ impl Run {
 
     /// One failure judged at `now`: `None` when approved, else when it is told to return.
     fn retry(&self, now: UnixMillis) -> Option<UnixMillis> {
-        let mut live = Live {
-            fleet: &self.fleet,
-            caller: Caller::Named("test"),
-        };
+        let mut live = Live::new(&self.fleet, Caller::Named("test"));
         let d = decide(&self.policy, &failure(), InputNotes::default(), now, &mut live).expect("decided");
         assert_eq!(
             d.decision.verdict,

@@ -13,6 +13,7 @@ use super::{Caller, Service};
 use crate::core::hold::Hold;
 use crate::core::limits::{self, FieldViolation};
 use crate::core::{DecideError, Decision, Failure, Policy, UnixMillis, Verdict};
+use crate::fleet::ScopeHolds;
 
 /// Counter of decisions, labelled `catalog` (a loaded catalog's name) and
 /// `verdict` (the fixed set of [`Verdict::as_str`]).
@@ -75,7 +76,9 @@ impl Service {
         let policy = self.policy.load();
         let decided = check_locale(locale).and_then(|()| {
             let (f, notes) = failure.ok_or_else(|| Violation::new("failure", "is required"))?;
-            self.decide_one(&policy, &f, notes, now, caller, |field| format!("failure.{field}"))
+            self.decide_one(&policy, &f, notes, now, caller, None, |field| {
+                format!("failure.{field}")
+            })
         });
         match &decided {
             Ok(d) => {
@@ -95,7 +98,7 @@ impl Service {
             }
             Err(v) => tracing::debug!(field = %v.field, "invalid argument"),
         }
-        decided.map(|d| answer(&d.decision, d.hold.as_ref()))
+        decided.map(|d| answer(&d.decision, d.hold.as_deref()))
     }
 
     /// The whole-call limits of a batch: its size and its locale.
@@ -133,16 +136,19 @@ impl Service {
         let policy = self.policy.load();
         let mut summary = BatchSummary::default();
         let mut tally = Tally::default();
+        // `now` is one instant for the whole batch: the holds met per scope
+        // are asked of the mirror once while they do not change.
+        let mut seen = ScopeHolds::default();
         for i in 0..n {
             let (f, notes) = failure(i);
-            match self.decide_one(&policy, &f, notes, now, caller, |field| {
+            match self.decide_one(&policy, &f, notes, now, caller, Some(&mut seen), |field| {
                 format!("failures[{i}].{field}")
             }) {
                 Ok(d) => {
                     let verdict = d.decision.verdict;
                     summary.verdicts[verdict.index()] += 1;
                     tally.add(&policy, d.decision.catalog, verdict, unknown_code(&d.decision));
-                    item(i, Ok((&d.decision, d.hold.as_ref())));
+                    item(i, Ok((&d.decision, d.hold.as_deref())));
                 }
                 Err(v) => {
                     summary.errors += 1;
@@ -164,7 +170,9 @@ impl Service {
     }
 
     /// Checks and decides one failure live; `name` turns a field of the
-    /// failure into its name in the request. The decision hook sees it.
+    /// failure into its name in the request; `seen`, a batch's holds met
+    /// per scope. The decision hook sees it.
+    #[allow(clippy::too_many_arguments)]
     fn decide_one<'a>(
         &self,
         policy: &'a Policy,
@@ -172,11 +180,12 @@ impl Service {
         notes: InputNotes,
         now: UnixMillis,
         caller: Caller<'_>,
+        seen: Option<&mut ScopeHolds>,
         name: impl Fn(&str) -> String,
     ) -> Result<Decided<'a>, Violation> {
         check_failure(f, &name)?;
         let decided = match self.fleet.as_deref() {
-            Some(fleet) => decide::decide(policy, f, notes, now, &mut Live { fleet, caller }),
+            Some(fleet) => decide::decide(policy, f, notes, now, &mut Live { fleet, caller, seen }),
             None => decide::decide(policy, f, notes, now, &mut Alone),
         }
         .map_err(|e| decide_violation(&e, &name))?;

@@ -19,11 +19,13 @@
 //! `retryd replay`, policy tests and diffs all call [`decide`] below, so the
 //! decision they report is the live one by construction.
 
+use std::sync::Arc;
+
 use crate::core::budget::BudgetRule;
 use crate::core::hold::{self, Hold, HoldPlan};
 use crate::core::{DecideError, Decision, Failure, Policy, UnixMillis, Warning};
 use crate::fleet::budget::{Judged, ScopeOf};
-use crate::fleet::{Fleet, PlaceOutcome};
+use crate::fleet::{Fleet, PlaceOutcome, ScopeHolds};
 
 pub use super::budget_step::{Budgeting, budget_rules};
 use super::caller::Caller;
@@ -42,8 +44,9 @@ pub struct Decided<'a> {
     /// The decision as answered.
     pub decision: Decision<'a>,
     /// The hold in force on the failure's scope after the decision placed
-    /// its own (what floored a retry), if any.
-    pub hold: Option<Hold>,
+    /// its own (what floored a retry), if any: the fleet memory's own,
+    /// shared, not copied.
+    pub hold: Option<Arc<Hold>>,
     /// The budget the retry was judged against, as it stood before this
     /// decision's withdrawal, if the scope is budgeted.
     pub budget: Option<Judged>,
@@ -62,7 +65,7 @@ pub trait Standing: Budgeting {
     /// placement rate and nothing was placed.
     fn place(&mut self, plan: &HoldPlan<'_>, now: UnixMillis) -> bool;
     /// The hold in force on the failure's scopes that ends last.
-    fn in_force(&mut self, catalog: &str, failure: &Failure<'_>, now: UnixMillis) -> Option<Hold>;
+    fn in_force(&mut self, catalog: &str, failure: &Failure<'_>, now: UnixMillis) -> Option<Arc<Hold>>;
 }
 
 /// The live fleet memory: places holds and withdraws retries.
@@ -72,6 +75,20 @@ pub struct Live<'f> {
     pub fleet: &'f Fleet,
     /// Who places any hold.
     pub caller: Caller<'f>,
+    /// The holds met per scope within this call (a batch's items share
+    /// it); `None`, every item asks the mirror.
+    pub seen: Option<&'f mut ScopeHolds>,
+}
+
+impl<'f> Live<'f> {
+    /// The live fleet memory for `caller`, one decision at a time.
+    pub fn new(fleet: &'f Fleet, caller: Caller<'f>) -> Self {
+        Live {
+            fleet,
+            caller,
+            seen: None,
+        }
+    }
 }
 
 impl Standing for Live<'_> {
@@ -85,8 +102,11 @@ impl Standing for Live<'_> {
         self.fleet.place(plan, &self.caller.name(), now) != PlaceOutcome::RateLimited
     }
 
-    fn in_force(&mut self, catalog: &str, f: &Failure<'_>, now: UnixMillis) -> Option<Hold> {
-        self.fleet.in_force(catalog, f.dependency, f.tenant, f.method, now)
+    fn in_force(&mut self, catalog: &str, f: &Failure<'_>, now: UnixMillis) -> Option<Arc<Hold>> {
+        match self.seen.as_deref_mut() {
+            Some(seen) => seen.in_force(self.fleet, [catalog, f.dependency, f.tenant, f.method], now),
+            None => self.fleet.in_force(catalog, f.dependency, f.tenant, f.method, now),
+        }
     }
 }
 
@@ -119,7 +139,7 @@ impl Standing for Alone {
     fn place(&mut self, _: &HoldPlan<'_>, _: UnixMillis) -> bool {
         true
     }
-    fn in_force(&mut self, _: &str, _: &Failure<'_>, _: UnixMillis) -> Option<Hold> {
+    fn in_force(&mut self, _: &str, _: &Failure<'_>, _: UnixMillis) -> Option<Arc<Hold>> {
         None
     }
 }
@@ -185,8 +205,10 @@ impl Standing for Given<'_> {
         true
     }
 
-    fn in_force(&mut self, _: &str, _: &Failure<'_>, now: UnixMillis) -> Option<Hold> {
-        hold::ending_last(self.holds.iter().chain(self.placed.as_ref()), now).cloned()
+    fn in_force(&mut self, _: &str, _: &Failure<'_>, now: UnixMillis) -> Option<Arc<Hold>> {
+        hold::ending_last(self.holds.iter().chain(self.placed.as_ref()), now)
+            .cloned()
+            .map(Arc::new)
     }
 }
 
@@ -284,12 +306,10 @@ mod tests {
         let read = failure("vibecode", "BITRIX_TIMEOUT", Operation::Read);
         for (i, f) in [paused, read, paused, read].iter().enumerate() {
             let now = NOW.plus_ms(i as u64 * 10);
-            let mut live = Live {
-                fleet: &fleet,
-                caller: Caller::Named("test"),
-            };
+            let mut live = Live::new(&fleet, Caller::Named("test"));
             let a = decide(&policy, f, InputNotes::default(), now, &mut live).expect("decided");
-            let b = read_only(&policy, f, now, Given::as_logged(a.hold.as_ref(), a.budget.as_ref())).expect("decided");
+            let b =
+                read_only(&policy, f, now, Given::as_logged(a.hold.as_deref(), a.budget.as_ref())).expect("decided");
             assert_eq!(format!("{:?}", a.decision), format!("{:?}", b.decision), "item {i}");
             assert_eq!(a.hold, b.hold);
         }
@@ -383,6 +403,6 @@ mod tests {
         let d = decide(&policy, &f, InputNotes::default(), NOW, &mut Given::new(&holds, None)).expect("decided");
         assert_eq!(d.decision.retry.strategy, Strategy::Hold);
         assert!(d.decision.retry.after_ms >= 60_000);
-        assert_eq!(d.hold.map(|h| h.id), Some("h1".to_owned()));
+        assert_eq!(d.hold.map(|h| h.id.clone()), Some("h1".to_owned()));
     }
 }

@@ -4,6 +4,8 @@
 //! or extended, no probe token spent, no budget withdrawn or deferral
 //! counted, no decision counted, observed or logged.
 
+use std::sync::Arc;
+
 use super::Service;
 use super::classify::{BatchItem, check_failure, decide_violation};
 use super::decide::{self, Alone, Budgeting, Decided, Standing};
@@ -39,9 +41,18 @@ impl Standing for Peek<'_> {
         true
     }
 
-    fn in_force(&mut self, catalog: &str, f: &Failure<'_>, now: UnixMillis) -> Option<Hold> {
+    fn in_force(&mut self, catalog: &str, f: &Failure<'_>, now: UnixMillis) -> Option<Arc<Hold>> {
         let live = self.fleet.in_force(catalog, f.dependency, f.tenant, f.method, now);
-        hold::ending_last(live.iter().chain(self.planned.as_ref()), now).cloned()
+        match &self.planned {
+            // The decision's own hold ends last only if placing it would extend.
+            Some(planned)
+                if hold::ending_last([live.as_deref(), Some(planned)].into_iter().flatten(), now)
+                    .is_some_and(|h| std::ptr::eq(h, planned)) =>
+            {
+                Some(Arc::new(planned.clone()))
+            }
+            _ => live,
+        }
     }
 }
 

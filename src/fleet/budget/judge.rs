@@ -31,41 +31,45 @@ impl Budgets {
         // Near exhaustion approvals come from the lease only (`super::lease`).
         let gating = self.shared && !fallback;
         let (mut wake, mut spent, mut leased) = (false, false, Vec::new());
-        for rule in rules {
-            let Some(key) = scope.key(rule) else { continue };
-            if !self.shared && !t.map.contains_key(&key) {
-                // One replica: no count, nothing to learn.
-                continue;
-            }
-            // Shared: a scope first seen here is added so the next flush
-            // reads the fleet's totals for it.
-            let who = Newcomer {
-                requests: 0,
-                caller,
-                now,
-            };
-            let Some(e) = self.entry(&mut t, key, rule, scope, hash, who) else {
-                continue;
-            };
-            if let Some(mut standing) = stand(e, now, self.shared, fallback, k) {
-                // A failure judged keeps the scope budgeted.
-                e.seen_ms = e.seen_ms.max(now.0);
-                if gating {
-                    let room = standing.allowed.saturating_sub(standing.retries);
-                    let gate = e.lease.gate(room, k, &mut wake);
-                    if gated(&mut standing, gate, now, self.flush_ms) {
-                        leased.push(*rule);
-                    }
+        super::with_key_buffer(|key| {
+            for rule in rules {
+                if !scope.key_into(rule, key) {
+                    continue;
                 }
-                spent |= standing.exhausted;
-                out.push(Judged {
-                    rule: *rule,
-                    shown: e.shown.clone(),
-                    standing,
-                    replicas: if self.shared { k } else { 1 },
-                });
+                if !self.shared && !t.map.contains_key(key.as_str()) {
+                    // One replica: no count, nothing to learn.
+                    continue;
+                }
+                // Shared: a scope first seen here is added so the next flush
+                // reads the fleet's totals for it.
+                let who = Newcomer {
+                    requests: 0,
+                    caller,
+                    now,
+                };
+                let Some(e) = self.entry(&mut t, key, rule, scope, hash, who) else {
+                    continue;
+                };
+                if let Some(mut standing) = stand(e, now, self.shared, fallback, k) {
+                    // A failure judged keeps the scope budgeted.
+                    e.seen_ms = e.seen_ms.max(now.0);
+                    if gating {
+                        let room = standing.allowed.saturating_sub(standing.retries);
+                        let gate = e.lease.gate(room, k, &mut wake);
+                        if gated(&mut standing, gate, now, self.flush_ms) {
+                            leased.push(*rule);
+                        }
+                    }
+                    spent |= standing.exhausted;
+                    out.push(Judged {
+                        rule: *rule,
+                        shown: e.shown.clone(),
+                        standing,
+                        replicas: if self.shared { k } else { 1 },
+                    });
+                }
             }
-        }
+        });
         if !spent {
             // Approved (step 5 approves a retry no budget defers): one from
             // each lease it was judged on.

@@ -41,7 +41,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use crate::core::budget::{BudgetRule, BudgetScope, Counts, Standing};
-use crate::core::hold::{HoldScope, storage_key};
+use crate::core::hold::{HoldScope, storage_key, storage_key_into};
 use crate::core::time::UnixMillis;
 
 /// Counter of deferred retries, labelled `catalog`.
@@ -118,6 +118,33 @@ impl ScopeOf<'_> {
             )),
         }
     }
+
+    /// [`Self::key`] written over `buf`; `false` (and `buf` untouched) when
+    /// the call does not name that scope. The hot paths (every budgeted
+    /// decision and Admit) look a scope up without allocating its key.
+    fn key_into(&self, rule: &BudgetRule, buf: &mut String) -> bool {
+        if self.dependency.is_empty() {
+            return false;
+        }
+        match rule.scope {
+            BudgetScope::Dependency => storage_key_into(buf, HoldScope::Dependency, self.catalog, self.dependency, ""),
+            BudgetScope::Tenant if self.tenant.is_empty() => return false,
+            BudgetScope::Tenant => storage_key_into(buf, HoldScope::Tenant, self.catalog, self.dependency, self.tenant),
+        }
+        true
+    }
+}
+
+/// Runs `f` with a per-thread buffer for scope keys (a fresh one if it is
+/// in use already), so looking a scope up allocates nothing.
+fn with_key_buffer<R>(f: impl FnOnce(&mut String) -> R) -> R {
+    thread_local! {
+        static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    KEY.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => f(&mut buf),
+        Err(_) => f(&mut String::new()),
+    })
 }
 
 /// One scope judged for a decision.
@@ -308,7 +335,7 @@ impl Budgets {
                     caller: Some(&|| caller.to_owned()),
                     now,
                 };
-                self.record_one(&mut t, rule, key, scope, c, who, hash);
+                self.record_one(&mut t, rule, &key, scope, c, who, hash);
             }
         }
     }
@@ -340,10 +367,13 @@ impl Budgets {
             caller,
             now,
         };
-        for rule in rules {
-            let Some(key) = scope.key(rule) else { continue };
-            self.record_one(&mut t, rule, key, scope, c, who, hash);
-        }
+        with_key_buffer(|key| {
+            for rule in rules {
+                if scope.key_into(rule, key) {
+                    self.record_one(&mut t, rule, key, scope, c, who, hash);
+                }
+            }
+        });
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -351,13 +381,13 @@ impl Budgets {
         &self,
         t: &mut Table,
         rule: &BudgetRule,
-        key: String,
+        key: &str,
         scope: ScopeOf<'_>,
         c: Counts,
         who: Newcomer<'_>,
         hash: &dyn Fn(&str) -> String,
     ) {
-        if !self.shared && c.requests == 0 && !t.map.contains_key(&key) {
+        if !self.shared && c.requests == 0 && !t.map.contains_key(key) {
             // One replica, a retry of a scope with no first attempt ever
             // recorded: nothing to budget, nothing worth a table slot.
             return;

@@ -97,7 +97,9 @@ pub(super) struct Entry {
 
 #[derive(Debug, Default)]
 pub(super) struct Table {
-    pub(super) map: HashMap<String, Box<Entry>>,
+    /// Looked up on every budgeted decision and Admit: foldhash, seeded
+    /// per process (keys carry client-chosen tenants), as the holds' map.
+    pub(super) map: HashMap<String, Box<Entry>, foldhash::fast::RandomState>,
     pub(super) tick: u64,
     /// Flushes taken so far.
     pub(super) round: u64,
@@ -123,7 +125,7 @@ impl Budgets {
     pub(super) fn entry<'t>(
         &self,
         t: &'t mut Table,
-        key: String,
+        key: &str,
         rule: &BudgetRule,
         scope: ScopeOf<'_>,
         hash: &dyn Fn(&str) -> String,
@@ -131,7 +133,8 @@ impl Budgets {
     ) -> Option<&'t mut Entry> {
         t.tick += 1;
         let (tick, round) = (t.tick, t.round);
-        if !t.map.contains_key(&key) {
+        // The key is copied only for a scope new to the table.
+        if !t.map.contains_key(key) {
             let over_rate = who
                 .caller
                 .is_some_and(|caller| self.new_scopes.grant(&caller(), 1, who.now) == 0);
@@ -140,25 +143,27 @@ impl Budgets {
                 metrics::counter!(BUDGET_SCOPES_REFUSED_TOTAL).increment(1);
                 return None;
             }
+            t.map.insert(
+                key.to_owned(),
+                Box::new(Entry {
+                    rule: *rule,
+                    shown: shown_key(rule.scope, scope, hash),
+                    catalog: scope.catalog.into(),
+                    dependency: scope.dependency.into(),
+                    own: Window::default(),
+                    fleet: Window::default(),
+                    pending: Few::default(),
+                    inflight: Few::default(),
+                    deferred: Tally::default(),
+                    seen_ms: 0,
+                    dirty: false,
+                    touched: 0,
+                    last_used: tick,
+                    lease: super::lease::Lease::default(),
+                }),
+            );
         }
-        let e = t.map.entry(key).or_insert_with(|| {
-            Box::new(Entry {
-                rule: *rule,
-                shown: shown_key(rule.scope, scope, hash),
-                catalog: scope.catalog.into(),
-                dependency: scope.dependency.into(),
-                own: Window::default(),
-                fleet: Window::default(),
-                pending: Few::default(),
-                inflight: Few::default(),
-                deferred: Tally::default(),
-                seen_ms: 0,
-                dirty: false,
-                touched: 0,
-                last_used: tick,
-                lease: super::lease::Lease::default(),
-            })
-        });
+        let e = t.map.get_mut(key)?;
         if e.rule.window_ms != rule.window_ms {
             // A reloaded policy changed the window: the old buckets mean nothing.
             e.own.clear();

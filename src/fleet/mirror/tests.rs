@@ -103,7 +103,7 @@ fn remote_holds_merge_later_wins_and_resync_returns_what_the_store_lacks() {
     let Placed::New(local) = m.place(&plan(HoldScope::Dependency, "p", "", 60_000), NOW, &mut id) else {
         panic!("placed")
     };
-    let mut remote = local.clone();
+    let mut remote = Hold::clone(&local);
     remote.id = "remote".into();
     remote.until = NOW.plus_ms(30_000);
     m.apply_remote(remote.clone(), NOW);
@@ -127,7 +127,7 @@ fn remote_holds_merge_later_wins_and_resync_returns_what_the_store_lacks() {
     let missing = m.resync(vec![remote], NOW);
     assert_eq!(
         missing,
-        vec![only_local],
+        vec![Hold::clone(&only_local)],
         "the hold placed while the store was away is written through"
     );
 }

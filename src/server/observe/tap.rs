@@ -108,7 +108,7 @@ impl DecisionObserver for Tap {
             decision: Outcome::of(decision),
             catalog: decision.catalog.to_owned(),
             policy_version: decision.policy_version.to_owned(),
-            hold: decided.hold.clone(),
+            hold: decided.hold.as_deref().cloned(),
             budget: decided.budget.clone(),
         });
         if let Some((lane, _)) = log {
