@@ -10,7 +10,7 @@ use redis_support::{RedisCluster, RedisServer};
 use retryd::core::hold::{Hold, HoldKind, HoldPlan, HoldScope};
 use retryd::core::time::UnixMillis;
 use retryd::fleet::redis::{RedisOptions, RedisStore};
-use retryd::fleet::{Fleet, FleetConfig, PlaceOutcome, PlacementLimits, SharedStore};
+use retryd::fleet::{Fleet, FleetConfig, PlaceOutcome, PlacementLimits, SharedStore, Take};
 
 /// Longest a test waits for something to reach the other replica.
 // Generous: CI's two cores run many test binaries at once, and a loaded
@@ -265,9 +265,10 @@ async fn exactly_one_probe_per_slot_across_replicas() {
     for i in 0..40 {
         let store = if i % 2 == 0 { a.store.clone() } else { b.store.clone() };
         let h = held.clone();
-        takes.spawn(async move { store.take_probe_slot(&h, 0, "0123456789abcdef0123456789abcdef").await });
+        // Each its own nonce, as Admit draws: the same nonce is the same take, asked again.
+        takes.spawn(async move { store.take_probe_slot(&h, 0, &format!("{i:032x}")).await });
     }
-    let won = takes.join_all().await.into_iter().filter(|w| *w).count();
+    let won = takes.join_all().await.into_iter().filter(|w| *w == Take::Taken).count();
     assert_eq!(won, 1, "slot 0 taken {won} times");
 
     // Through Admit, once slot 1 falls due.
@@ -478,9 +479,12 @@ async fn a_three_node_cluster_shares_holds_between_replicas() {
     for i in 0..20 {
         let store = if i % 2 == 0 { a.store.clone() } else { b.store.clone() };
         let h = circuit_hold.clone();
-        takes.spawn(async move { store.take_probe_slot(&h, 3, "0123456789abcdef0123456789abcdef").await });
+        takes.spawn(async move { store.take_probe_slot(&h, 3, &format!("{i:032x}")).await });
     }
-    assert_eq!(takes.join_all().await.into_iter().filter(|w| *w).count(), 1);
+    assert_eq!(
+        takes.join_all().await.into_iter().filter(|w| *w == Take::Taken).count(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

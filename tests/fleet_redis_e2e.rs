@@ -34,6 +34,14 @@ async fn redis_a_reset_admits_one_probe_not_forty_polling_or_honouring_retry_at(
 }
 
 #[tokio::test]
+async fn redis_slow_at_the_reset_admits_no_probe_on_either_replica_then_one() {
+    let redis = Redis::start();
+    let dir = scenarios::setup("r-slow-probe");
+    let (a, b) = replicas(&dir, &redis);
+    trust::a_slow_store_admits_no_second_probe(&a, &b, || redis.pause(), || redis.resume()).await;
+}
+
+#[tokio::test]
 async fn redis_a_probe_success_lifts_the_stop_for_every_worker() {
     let redis = Redis::start();
     let dir = scenarios::setup("r-lift");

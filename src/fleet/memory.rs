@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::mirror::{Mirror, Redeemed};
-use super::store::{SharedStore, StoreFuture};
+use super::store::{SharedStore, StoreFuture, Take};
 use crate::core::hold::Hold;
 
 /// The in-process store.
@@ -18,12 +18,14 @@ impl SharedStore for MemoryStore {
 
     fn lift(&self, _hold: &Hold) {}
 
-    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, bool> {
+    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, Take> {
         Box::pin(async move {
             // One check-and-mark under the mirror's lock: exactly one caller wins.
-            self.mirror
+            let won = self
+                .mirror
                 .get()
-                .is_some_and(|m| m.try_take_probe(&hold.id, slot, nonce))
+                .is_some_and(|m| m.try_take_probe(&hold.id, slot, nonce));
+            if won { Take::Taken } else { Take::Refused }
         })
     }
 

@@ -113,6 +113,9 @@ struct State {
     by_dep: HashMap<Box<str>, BTreeSet<Id>, foldhash::fast::RandomState>,
     /// hold id → what is known of its latest probe slot.
     probes: HashMap<String, ProbeRecord>,
+    /// hold id → (slot, nonce) of a take the shared store left unanswered,
+    /// asked again with that nonce (at most one per hold in force).
+    unanswered: HashMap<String, (u64, u128)>,
     /// (instant, hold id): when each hold next changes by itself — its
     /// probe phase begins (`until`, for a hold with a phase) or it ends —
     /// so the sweep touches only what is due, not every hold.
@@ -254,6 +257,7 @@ impl State {
             if *old.id != *id {
                 self.by_id.remove(old.id.as_str());
                 self.probes.remove(&old.id);
+                self.unanswered.remove(&old.id);
             }
         }
         old
@@ -275,6 +279,7 @@ impl State {
         }
         self.by_id.remove(id);
         self.probes.remove(id);
+        self.unanswered.remove(id);
         hold
     }
 
@@ -890,6 +895,26 @@ impl Mirror {
         true
     }
 
+    /// The nonce of this replica's take of slot `slot` of hold `id` that the
+    /// shared store left unanswered, if any — given to one caller only (two
+    /// asking with one nonce would both be told they won).
+    pub fn take_unanswered(&self, id: &str, slot: u64) -> Option<u128> {
+        let mut state = self.write();
+        match state.unanswered.get(id) {
+            Some((s, _)) if *s == slot => state.unanswered.remove(id).map(|(_, n)| n),
+            _ => None,
+        }
+    }
+
+    /// Notes a take the shared store left unanswered, to ask again with its
+    /// nonce (one per hold in force: bounded by the holds).
+    pub fn note_unanswered_take(&self, id: &str, slot: u64, nonce: u128) {
+        let mut state = self.write();
+        if state.by_id.contains_key(id) {
+            state.unanswered.insert(id.to_owned(), (slot, nonce));
+        }
+    }
+
     /// Records that probe slot `slot` of hold `id` is taken (by this
     /// replica with `nonce`, or elsewhere), unless a later one is known.
     pub fn mark_probe_taken(&self, id: &str, slot: u64, nonce: Option<&str>) {
@@ -897,6 +922,7 @@ impl Mirror {
         if !state.by_id.contains_key(id) {
             return;
         }
+        state.unanswered.remove(id);
         if state
             .probes
             .get(id)

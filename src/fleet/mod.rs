@@ -22,7 +22,7 @@ pub use caller::{PlacementLimiter, PlacementLimits};
 pub use memory::MemoryStore;
 pub use mirror::{HoldEvent, HoldEventKind, Mirror, Placed, Redeemed};
 pub use scope_holds::ScopeHolds;
-pub use store::SharedStore;
+pub use store::{SharedStore, Take};
 
 use crate::core::budget::BudgetRule;
 use crate::core::hold::{self, Admission, Hold, HoldKind, HoldPlan, HoldScope, Standing};
@@ -362,19 +362,32 @@ impl Fleet {
             Admission::Refused { retry_at } => (false, Some(retry_at), None),
             Admission::ProbeDue { hold, slot } => {
                 let probed = refs[hold];
-                let nonce: u128 = rand::random();
+                // A take of this slot left unanswered is asked again with
+                // its nonce (by one caller): the store may have given it the
+                // slot meanwhile.
+                let nonce: u128 = self
+                    .mirror
+                    .take_unanswered(&probed.id, slot)
+                    .unwrap_or_else(rand::random);
                 let nonce_hex = format!("{nonce:032x}");
-                if self.store.take_probe_slot(probed, slot, &nonce_hex).await {
-                    self.mirror.mark_probe_taken(&probed.id, slot, Some(&nonce_hex));
-                    (true, None, Some(hold::probe_token(&probed.id, slot, nonce)))
-                } else {
-                    self.mirror.mark_probe_taken(&probed.id, slot, None);
-                    let next = if probed.probing(now) {
-                        now.plus_ms(poll).min(probed.end())
-                    } else {
-                        probed.probe_slot_at(slot + 1).min(probed.until)
-                    };
-                    (false, Some(next), None)
+                match self.store.take_probe_slot(probed, slot, &nonce_hex).await {
+                    Take::Taken => {
+                        self.mirror.mark_probe_taken(&probed.id, slot, Some(&nonce_hex));
+                        (true, None, Some(hold::probe_token(&probed.id, slot, nonce)))
+                    }
+                    taken => {
+                        if taken == Take::Unanswered {
+                            self.mirror.note_unanswered_take(&probed.id, slot, nonce);
+                        } else {
+                            self.mirror.mark_probe_taken(&probed.id, slot, None);
+                        }
+                        let next = if probed.probing(now) || taken == Take::Unanswered {
+                            now.plus_ms(poll).min(probed.end())
+                        } else {
+                            probed.probe_slot_at(slot + 1).min(probed.until)
+                        };
+                        (false, Some(next), None)
+                    }
                 }
             }
         };

@@ -30,10 +30,12 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Takes probe slot `slot` of `hold` (an open circuit, or a hold in its
     /// probe phase) for the whole fleet, storing the token's `nonce` with
-    /// it: `true` for exactly one caller per slot. When the store cannot be
-    /// reached, decides from this replica alone (at most one probe per slot
-    /// per replica).
-    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, bool>;
+    /// it: [`Take::Taken`] for exactly one caller per slot (and again for
+    /// the same nonce: a take whose answer was lost can be asked again).
+    /// When the store cannot be reached, decides from this replica alone
+    /// (at most one probe per slot per replica); when it answers too late,
+    /// [`Take::Unanswered`].
+    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, Take>;
 
     /// Validates a probe token's report atomically, whichever replica
     /// issued it: accepted once, for its own slot, while no newer slot's
@@ -125,4 +127,17 @@ pub struct FlushReply {
     pub totals: Vec<Vec<(i64, Counts)>>,
     /// Per scope sent, in order: the retries its lease ask was granted (0 without one).
     pub granted: Vec<u64>,
+}
+
+/// What asking for a probe slot came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// This caller has the slot: it is the probe.
+    Taken,
+    /// Someone else has it.
+    Refused,
+    /// The store did not answer in time: it may still give the slot to
+    /// this nonce, so the replica asks again with the same nonce rather
+    /// than deciding alone (which could admit a second probe).
+    Unanswered,
 }

@@ -147,6 +147,56 @@ async fn reset_with_workers(
     (calls, success, reset)
 }
 
+/// A slow store is not an absent one: when the probe slot's script does
+/// not answer in time (Redis frozen just before the reset), neither
+/// replica admits a probe on its own — each could, and two would go — and
+/// once the store answers again exactly one probe goes.
+pub async fn a_slow_store_admits_no_second_probe(a: &Server, b: &Server, freeze: impl FnOnce(), thaw: impl FnOnce()) {
+    let dep = "fs-reset-slow-store";
+    let (ca, cb) = (a.client().await, b.client().await);
+    let reset = now_ms() + 1_500;
+    ca.clone()
+        .classify(rate_limited(dep, "acme", reset, ""))
+        .await
+        .expect("classify");
+    for c in [&ca, &cb] {
+        eventually(Duration::from_secs(5), "the stop reaches both replicas", || {
+            let mut c = c.clone();
+            async move { (!c.admit(admit_req(dep, "acme")).await.ok()?.into_inner().admitted).then_some(()) }
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis((reset - 50 - now_ms()).max(0) as u64)).await;
+    freeze();
+    tokio::time::sleep(Duration::from_millis((reset + 5 - now_ms()).max(0) as u64)).await;
+    // Well inside the store's ping timeout: it is slow, not yet away.
+    let (mut xa, mut xb) = (ca.clone(), cb.clone());
+    let (ra, rb) = tokio::join!(xa.admit(admit_req(dep, "acme")), xb.admit(admit_req(dep, "acme")));
+    thaw();
+    let (ra, rb) = (ra.expect("admit a").into_inner(), rb.expect("admit b").into_inner());
+    assert!(
+        !ra.admitted && !rb.admitted,
+        "no probe admitted while the store was slow: {ra:?} {rb:?}"
+    );
+    let mut admitted = 0;
+    let end = now_ms() + 2_500;
+    while now_ms() < end {
+        for c in [&ca, &cb] {
+            if c.clone()
+                .admit(admit_req(dep, "acme"))
+                .await
+                .expect("admit")
+                .into_inner()
+                .admitted
+            {
+                admitted += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(admitted, 1, "one probe once the store answers again");
+}
+
 /// Seed 003: at the reset, one wasted request, not forty — whether the
 /// workers poll or honour `retry_at`.
 pub async fn one_probe_at_the_reset(a: &Server, b: &Server, honour_retry_at: bool) {

@@ -79,9 +79,12 @@ pub fn probe_key(ns: &str, hold: &Hold) -> String {
 }
 
 /// Take a probe slot. `KEYS[1]` the probe key; ARGV: slot, nonce, ms to
-/// keep it. Taken (1) only when no slot as late is already taken.
+/// keep it. Taken (1) only when no slot as late is already taken — or when
+/// this very slot and nonce hold it: a take whose answer came too late is
+/// asked again with its nonce, and learns it won.
 pub const TAKE_PROBE_SCRIPT: &str = r"
 local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] .. ':' .. ARGV[2] then return 1 end
 if cur then
   local s = tonumber(string.match(cur, '^(%d+):'))
   if s and s >= tonumber(ARGV[1]) then return 0 end

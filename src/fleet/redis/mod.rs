@@ -67,7 +67,7 @@ use conn::{Conn, Target, Timeouts};
 pub use options::{RedisOptions, RedisTls};
 
 use super::mirror::{Mirror, Redeemed};
-use super::store::{SharedStore, StoreError, StoreFuture};
+use super::store::{SharedStore, StoreError, StoreFuture, Take};
 use crate::core::hold::Hold;
 use crate::core::time::UnixMillis;
 
@@ -341,13 +341,15 @@ impl SharedStore for RedisStore {
         self.shared.enqueue(Op::Lift(hold.clone()));
     }
 
-    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, bool> {
+    fn take_probe_slot<'a>(&'a self, hold: &'a Hold, slot: u64, nonce: &'a str) -> StoreFuture<'a, Take> {
         Box::pin(async move {
             let local = || {
-                self.shared
+                let won = self
+                    .shared
                     .mirror
                     .get()
-                    .is_some_and(|m| m.try_take_probe(&hold.id, slot, nonce))
+                    .is_some_and(|m| m.try_take_probe(&hold.id, slot, nonce));
+                if won { Take::Taken } else { Take::Refused }
             };
             let Some(conn) = self.shared.conn.load_full() else {
                 return local();
@@ -362,9 +364,25 @@ impl SharedStore for RedisStore {
                 .arg(nonce)
                 .arg(keep);
             let run = call.invoke_async::<i64>(&mut conn);
-            match self.shared.probe_call("taking a probe slot", run).await {
-                Some(taken) => taken == 1,
-                None => local(),
+            match tokio::time::timeout(self.shared.opts.probe_timeout, run).await {
+                Ok(Ok(1)) => Take::Taken,
+                Ok(Ok(_)) => Take::Refused,
+                // Redis refused or the connection broke: this replica
+                // decides alone (one probe per replica while Redis is away).
+                Ok(Err(e)) => {
+                    self.shared.failed("taking a probe slot", &e);
+                    local()
+                }
+                // Slow is not down: the script may still run and give the
+                // slot to this nonce, so granting it here alone could admit
+                // a second probe elsewhere. The replica asks again with the
+                // same nonce at the next poll (a Redis that stops answering
+                // is found by its ping and treated as away).
+                Err(_) => {
+                    self.shared
+                        .error("taking a probe slot", &"timed out; asked again at the next poll");
+                    Take::Unanswered
+                }
             }
         })
     }
