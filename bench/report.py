@@ -160,7 +160,7 @@ if __name__ == "__main__" and len(sys.argv) > 1:
 E = os.environ
 WORK = E["WORK"]
 ROUNDS = int(E["ROUNDS"])
-KINDS = ("classify", "health", "greeter")
+KINDS = ("classify", "health", "admit", "greeter")
 
 
 def load(name):
@@ -215,6 +215,12 @@ def m(kind, key):
 # Paired within each round: both runs of a ratio were made seconds apart.
 cpu_ch = [r["classify"]["server_us"] / r["health"]["server_us"] for r in rounds]
 cpu_cg = [r["classify"]["server_us"] / r["greeter"]["server_us"] for r in rounds]
+cpu_ah = [r["admit"]["server_us"] / r["health"]["server_us"] for r in rounds]
+# The same ratios by the whole-run method: all the server's CPU from just
+# before ghz started to just after it exited, over ghz's count of calls.
+whole_ch = [r["classify"]["whole_us"] / r["health"]["whole_us"] for r in rounds]
+whole_cg = [r["classify"]["whole_us"] / r["greeter"]["whole_us"] for r in rounds]
+whole_ah = [r["admit"]["whole_us"] / r["health"]["whole_us"] for r in rounds]
 p99_ch = [r["classify"]["p99"] / r["health"]["p99"] for r in rounds]
 rps_ch = [r["classify"]["rps"] / r["health"]["rps"] for r in rounds]
 rps_cg = [r["classify"]["rps"] / r["greeter"]["rps"] for r in rounds]
@@ -255,6 +261,14 @@ checks = [
      verdict(med(cpu_ch) <= 1.10)),
     ("Classify / greeter SayHello, server CPU per call", each(cpu_cg, ".2f"), f"{med(cpu_cg):.2f}", "<= 0.75",
      verdict(med(cpu_cg) <= 0.75)),
+    ("Admit (no hold) / health Check, server CPU per call", each(cpu_ah, ".2f"), f"{med(cpu_ah):.2f}", "<= 1.10",
+     verdict(med(cpu_ah) <= 1.10)),
+    ("Classify / health Check, whole run", each(whole_ch, ".2f"), f"{med(whole_ch):.2f}", "<= 1.10",
+     verdict(med(whole_ch) <= 1.10)),
+    ("Classify / greeter SayHello, whole run", each(whole_cg, ".2f"), f"{med(whole_cg):.2f}", "<= 0.75",
+     verdict(med(whole_cg) <= 0.75)),
+    ("Admit (no hold) / health Check, whole run", each(whole_ah, ".2f"), f"{med(whole_ah):.2f}", "<= 1.10",
+     verdict(med(whole_ah) <= 1.10)),
     (f"ClassifyBatch x{E['BATCH_ITEMS']}, decisions/s end to end", each((v / 1e6 for v in batch_dps), ".2f") + " M",
      f"{med(batch_dps):,.0f}", ">= 2,000,000", verdict(med(batch_dps) >= 2_000_000)),
     (f"ClassifyBatch x{E['BATCH_ITEMS']}, server CPU per decision", each(batch_us, ".2f") + " µs",
@@ -276,7 +290,7 @@ def table(rows, header):
     return "\n".join(out)
 
 
-SHORT = {"classify": "C", "health": "H", "greeter": "G", "batch": "B"}
+SHORT = {"classify": "C", "health": "H", "admit": "A", "greeter": "G", "batch": "B"}
 targets = table(checks, ("target", "per round", "median", "goal", ""))
 of_medians = (f"Ratios of the medians, for comparison (not the targets): server CPU Classify/health "
               f"{m('classify', 'server_us') / m('health', 'server_us'):.2f}, Classify/greeter "
@@ -285,12 +299,13 @@ of_medians = (f"Ratios of the medians, for comparison (not the targets): server 
 per_round = table(
     [
         (i + 1, "".join(SHORT[k] for k in r["order"]), f"{r['classify']['server_us']:.1f}",
-         f"{r['health']['server_us']:.1f}", f"{r['greeter']['server_us']:.1f}", f"{cpu_ch[i]:.2f}", f"{cpu_cg[i]:.2f}",
+         f"{r['health']['server_us']:.1f}", f"{r['admit']['server_us']:.1f}", f"{r['greeter']['server_us']:.1f}",
+         f"{cpu_ch[i]:.2f}", f"{cpu_ah[i]:.2f}", f"{cpu_cg[i]:.2f}",
          f"{r['batch']['dps']:,.0f}", f"{r['batch']['server_us']:.2f}", f"{p99_ch[i]:.2f}")
         for i, r in enumerate(rounds)
     ],
-    ("round", "order", "Classify µs", "health µs", "greeter µs", "C/H", "C/greeter", "batch decisions/s",
-     "batch µs/decision", "p99 C/H"),
+    ("round", "order", "Classify µs", "health µs", "Admit µs", "greeter µs", "C/H", "A/H", "C/greeter",
+     "batch decisions/s", "batch µs/decision", "p99 C/H"),
 )
 per_round_info = table(
     [
@@ -302,7 +317,7 @@ per_round_info = table(
         for i, r in enumerate(rounds)
     ],
     ("round", "Classify req/s", "health req/s", "greeter req/s", "C/H req/s", "C/greeter req/s",
-     "server busy C / H / G / B", "machine idle C / H / G / B", "wake-ups/call C / H / G"),
+     "server busy C / H / A / G / B", "machine idle C / H / A / G / B", "wake-ups/call C / H / A / G"),
 )
 medians = table(
     [
@@ -310,6 +325,8 @@ medians = table(
          f"{m('classify', 'p99'):.2f}"),
         ("ghz Health/Check (retryd, floor)", f"{m('health', 'rps'):,.0f}", f"{m('health', 'p50'):.2f}",
          f"{m('health', 'p99'):.2f}"),
+        ("ghz Admit, no hold (retryd)", f"{m('admit', 'rps'):,.0f}", f"{m('admit', 'p50'):.2f}",
+         f"{m('admit', 'p99'):.2f}"),
         ("ghz SayHello (grpc-go greeter)", f"{m('greeter', 'rps'):,.0f}", f"{m('greeter', 'p50'):.2f}",
          f"{m('greeter', 'p99'):.2f}"),
         (f"retryd-load ClassifyBatch x{E['BATCH_ITEMS']} (c={E['BATCH_C']})",
@@ -323,7 +340,7 @@ cpu = table(
          f"{m(k, 'client_us') / (m(k, 'server_us') + m(k, 'client_us')):.0%}", f"{m(k, 'busy'):.0%}",
          f"{m(k, 'idle'):.0%}", f"{m(k, 'sw'):.2f}")
         for name, k in (("ghz Classify (retryd)", "classify"), ("ghz Health/Check (retryd, floor)", "health"),
-                        ("ghz SayHello (grpc-go greeter)", "greeter"),
+                        ("ghz Admit, no hold (retryd)", "admit"), ("ghz SayHello (grpc-go greeter)", "greeter"),
                         ("retryd-load ClassifyBatch, per decision (wake-ups: per call)", "batch"))
     ],
     ("run (median of rounds)", "server CPU µs/call", "whole-run µs/call (old)", "client CPU µs/call",
@@ -397,7 +414,7 @@ Generated by `bench/run.sh --write-results` ({mode} mode): do not edit by hand, 
 
 Every server on 127.0.0.1; client and server share the machine's {E['NPROC']} cores.
 One warm-up run of each kind ({E['WARM']}, not counted), then {ROUNDS} rounds of {E['DUR']} per run,
-the order of the four runs rotated every round. retryd runs with its default configuration of the
+the order of the five runs rotated every round. retryd runs with its default configuration of the
 day, only the ports set: fleet memory in this replica (`--state memory` is the default; the log
 says `state={E['SERVE_STATE']}`), the embedded catalogs' default holds and retry budgets on. The
 greeter runs as shipped (default GOGC and GOMAXPROCS; its log line per request goes to /dev/null).
@@ -407,6 +424,7 @@ retryd serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0          # releas
 greeter_server -port PORT 2>/dev/null                                    # grpc-go helloworld
 ghz --config bench/ghz-classify.json -c {E['C']} --connections 1 -z {E['DUR']} -O json ADDR
 ghz --insecure -c {E['C']} --connections 1 --duration-stop wait --call grpc.health.v1.Health.Check -d '{{}}' -z {E['DUR']} -O json ADDR
+ghz --insecure -c {E['C']} --connections 1 --duration-stop wait --call retryd.v1.RetryDecisionService.Admit -d '{E['ADMIT_BODY']}' -z {E['DUR']} -O json ADDR
 ghz --insecure -c {E['C']} --connections 1 --duration-stop wait --proto helloworld.proto --call helloworld.Greeter.SayHello -d '{{"name":"retryd"}}' -z {E['DUR']} -O json 127.0.0.1:PORT
 retryd-load --addr http://ADDR --call batch --batch-size {E['BATCH_ITEMS']} -c {E['BATCH_C']} --connections 1 -z {E['DUR']} --warmup {E['WARM']} --json
 # RSS, on a fresh retryd:
@@ -427,7 +445,7 @@ the median of the {ROUNDS} per-round ratios. Server CPU per call is counted as d
 ## Per round
 
 Server CPU per call in µs (the batch: per decision) and the paired ratios. Order: C Classify,
-H health Check, G greeter SayHello, B ClassifyBatch.
+H health Check, A Admit, G greeter SayHello, B ClassifyBatch.
 
 {per_round}
 

@@ -17,7 +17,8 @@
 # ports. After one warm-up run of each kind, per round, in an order rotated
 # every round: ghz Classify (c=50, 1 connection, bench/ghz-classify.json), ghz
 # grpc.health.v1.Health/Check on the same retryd (the floor: no work per
-# call), ghz SayHello on the greeter (same settings), retryd-load ClassifyBatch
+# call), ghz Admit on the same retryd (a first attempt, no hold in force:
+# ADMIT_BODY below), ghz SayHello on the greeter (same settings), retryd-load ClassifyBatch
 # with 1 000 items. Last, a fresh retryd under retryd-load Classify at c=1000
 # over 10 connections, VmRSS once a second from 10 s to the end (60 s).
 #
@@ -218,6 +219,7 @@ log "retryd on $SERVE_ADDR (pid $SERVE_PID, state ${SERVE_STATE:-?}), greeter_se
 
 # --- the runs ----------------------------------------------------------------
 GHZ_COMMON=(--insecure -c "$C" --connections 1 --duration-stop wait --timeout 20s)
+ADMIT_BODY='{"catalog":"vibecode","dependency":"portal-7.bitrix24.ru","tenant":"tenant-19","method":"crm.deal.add","operation":"OPERATION_KIND_WRITE","attempt":1}'
 RUN_TIMEOUT=$((DUR_S + 60))
 REPORT="$ROOT/bench/report.py"
 
@@ -248,6 +250,10 @@ ghz_call() {
       timeout "$RUN_TIMEOUT" "$GHZ" --config bench/ghz-classify.json -c "$C" --connections 1 -z "$dur" -O json "$SERVE_ADDR" >"$out" ;;
     health)
       timeout "$RUN_TIMEOUT" "$GHZ" "${GHZ_COMMON[@]}" --call grpc.health.v1.Health.Check -d '{}' -z "$dur" -O json "$SERVE_ADDR" >"$out" ;;
+    admit)
+      # A first attempt with no hold in force: the call every successful call makes.
+      timeout "$RUN_TIMEOUT" "$GHZ" "${GHZ_COMMON[@]}" --call retryd.v1.RetryDecisionService.Admit \
+        -d "$ADMIT_BODY" -z "$dur" -O json "$SERVE_ADDR" >"$out" ;;
     greeter)
       timeout "$RUN_TIMEOUT" "$GHZ" "${GHZ_COMMON[@]}" --proto "$HELLO_PROTO" --call helloworld.Greeter.SayHello \
         -d '{"name":"retryd"}' -z "$dur" -O json "127.0.0.1:$GREETER_PORT" >"$out" ;;
@@ -271,9 +277,17 @@ run() {
 
 LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 log "warm-up: one run of each ($WARM, not recorded)"
-for kind in classify health greeter batch; do run "$kind" "$WARM" "$WORK/warm-$kind.json"; done
+# Not measured: only to warm the servers and the caches (on a busy machine a 1 s
+# run may leave no counting window).
+for kind in classify health admit greeter batch; do
+  if [[ "$kind" == batch ]]; then
+    batch_call "$kind" "$WARM" "$WORK/warm-$kind.json"
+  else
+    ghz_call "$kind" "$WARM" "$WORK/warm-$kind.json"
+  fi
+done
 
-KINDS=(classify health greeter batch)
+KINDS=(classify health admit greeter batch)
 : >"$WORK/order.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
   order=()
@@ -323,12 +337,12 @@ RUSTC_VERSION="$(rustc --version 2>/dev/null || echo "rustc: not on PATH (prebui
 GO_VERSION="$(go version | awk '{print $3}')"
 RETRYD_VERSION="$("$RETRYD" --version 2>/dev/null || echo "retryd ?")"
 RETRYD_BUILT="$(date -u -r "$RETRYD" '+%Y-%m-%d %H:%M UTC')"
-export GHZ_VERSION RUSTC_VERSION GO_VERSION RETRYD_VERSION RETRYD_BUILT
+export ADMIT_BODY GHZ_VERSION RUSTC_VERSION GO_VERSION RETRYD_VERSION RETRYD_BUILT
 # With BENCH_KEEP=1 the table can be redone from the kept directory:
 #   set -a; . DIR/report.env; set +a; python3 bench/report.py
 for v in WORK ROUNDS DUR WARM C BATCH_ITEMS BATCH_C RSS_C RSS_CONNS RSS_AT RSS_FOR RSS_IDLE RSS_EARLY RSS_LATE \
   RSS_HWM RSS_SERVE_AFTER THREADS NPROC CPU LOADAVG LOADAVG_START QUICK GREETER_PIN WRITE ROOT TARGET_DIR \
-  SERVE_STATE WINDOW_HEAD WINDOW_TAIL GHZ_VERSION RUSTC_VERSION GO_VERSION RETRYD_VERSION RETRYD_BUILT; do
+  ADMIT_BODY SERVE_STATE WINDOW_HEAD WINDOW_TAIL GHZ_VERSION RUSTC_VERSION GO_VERSION RETRYD_VERSION RETRYD_BUILT; do
   printf '%s=%q\n' "$v" "${!v}"
 done >"$WORK/report.env"
 python3 "$ROOT/bench/report.py"
