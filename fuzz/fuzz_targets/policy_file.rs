@@ -1,5 +1,5 @@
 //! bytes → UTF-8 (lossy) → `compile_catalog("fuzz.toml", text)` → if it
-//! compiles, a Policy built from it (`Policy::from_sources`) decides a few
+//! compiles, a Policy of that catalog (`Policy::of_catalog`) decides a few
 //! failures for every code, operation and attempt shape, and the file's own
 //! `[[tests]]` run as `retryd policy test` runs them. Nothing may panic.
 #![no_main]
@@ -69,8 +69,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(catalog) = compile_catalog("fuzz.toml", &text) else {
         return;
     };
-    let policy = Policy::from_sources([("fuzz.toml", &*text)], &catalog.name)
-        .expect("a catalog that compiled builds a policy with itself as the default");
+    let name = catalog.name.to_string();
+    // The policy `from_sources` builds for one file, without compiling it again.
+    let policy = Policy::of_catalog(&text, catalog);
+    let catalog = policy.default_catalog();
     let mut codes: Vec<&str> = catalog.codes().iter().take(8).map(|c| &*c.code).collect();
     codes.extend(
         catalog
@@ -81,11 +83,11 @@ fuzz_target!(|data: &[u8]| {
             .map(|a| &**a),
     );
     codes.extend(["", "NO_SUCH_CODE_IN_ANY_CATALOG"]);
-    decide_all(&policy, &catalog.name, &codes);
+    decide_all(&policy, &name, &codes);
     // The default catalog is chosen for a failure that names none.
     decide_all(&policy, "", &codes[codes.len() - 2..]);
     if has_tests_section(&text) {
         // Pass or fail, the report is the answer; only a panic is a finding.
-        let _ = run_file("fuzz.toml", &text, &policy, Some(&catalog.name));
+        let _ = run_file("fuzz.toml", &text, &policy, Some(&name));
     }
 });

@@ -229,24 +229,29 @@ impl Policy {
                 available: names(&catalogs),
             });
         };
-        // The version covers every catalog's text (an amended one's merged
-        // text) and the default, in name order.
-        hashed.sort();
-        let mut h = Sha256::new();
-        h.update(default_catalog.as_bytes());
-        for (name, digest) in &hashed {
-            h.update([0]);
-            h.update(name.as_bytes());
-            h.update(digest);
-        }
-        let digest = h.finalize();
-        let version = digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>();
         Ok(Policy {
             catalogs,
             default,
-            version: format!("sha256:{version}").into(),
+            version: version_of(default_catalog, &mut hashed),
             notes,
         })
+    }
+
+    /// The policy of one catalog file already compiled (`catalog`, from
+    /// `text`), that catalog the default: what `from_sources([(file, text)],
+    /// &catalog.name)` builds for a file without `extends`, version
+    /// included, without compiling the text a second time (the fuzz
+    /// harness decides with every input it compiles). An `extends` in the
+    /// text is not followed: the catalog stands alone, as it compiled.
+    pub fn of_catalog(text: &str, catalog: Catalog) -> Policy {
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        let version = version_of(&catalog.name, &mut vec![(catalog.name.to_string(), digest)]);
+        Policy {
+            catalogs: vec![catalog],
+            default: 0,
+            version,
+            notes: Vec::new(),
+        }
     }
 
     /// What the operator should know about how the catalogs were put
@@ -283,6 +288,22 @@ impl Policy {
     }
 }
 
+/// The version: a hash of every catalog's text (an amended one's merged
+/// text, as `(name, digest)`) and the default, in name order.
+fn version_of(default_catalog: &str, hashed: &mut [(String, [u8; 32])]) -> Box<str> {
+    hashed.sort();
+    let mut h = Sha256::new();
+    h.update(default_catalog.as_bytes());
+    for (name, digest) in hashed.iter() {
+        h.update([0]);
+        h.update(name.as_bytes());
+        h.update(digest);
+    }
+    let digest = h.finalize();
+    let version = digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>();
+    format!("sha256:{version}").into()
+}
+
 /// Whether `(file, text)` is an embedded catalog (an operator's file that
 /// only shares a path such as `policies/vibecode.toml` with one is not).
 fn is_embedded(file: &str, text: &str) -> bool {
@@ -303,4 +324,26 @@ pub fn duplicate_name(file: &str, text: &str, name: &str, first: &str) -> Catalo
 
 fn names(catalogs: &[Catalog]) -> String {
     catalogs.iter().map(|c| &*c.name).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_compiled_catalog_is_the_policy_from_sources_builds() {
+        for (file, text) in EMBEDDED {
+            let catalog = compile_catalog(file, text).expect("embedded catalog");
+            let name = catalog.name.to_string();
+            let ours = Policy::of_catalog(text, catalog);
+            let theirs = Policy::from_sources([(*file, *text)], &name).expect("policy");
+            assert_eq!(ours.version(), theirs.version(), "{file}");
+            assert_eq!(ours.catalog_names(), theirs.catalog_names());
+            assert_eq!(ours.default_catalog().name, theirs.default_catalog().name);
+            assert_eq!(
+                ours.default_catalog().codes().len(),
+                theirs.default_catalog().codes().len()
+            );
+        }
+    }
 }
