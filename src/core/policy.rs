@@ -245,7 +245,7 @@ impl Policy {
     /// text is not followed: the catalog stands alone, as it compiled.
     pub fn of_catalog(text: &str, catalog: Catalog) -> Policy {
         let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
-        let version = version_of(&catalog.name, &mut vec![(catalog.name.to_string(), digest)]);
+        let version = version_of(&catalog.name, &mut [(catalog.name.to_string(), digest)]);
         Policy {
             catalogs: vec![catalog],
             default: 0,
