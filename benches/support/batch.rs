@@ -1,6 +1,7 @@
 //! One 1 000-item ClassifyBatch without the network: decode the request,
-//! decide every item (`RetryDecisionApi::classify_batch_at`, the synchronous
-//! body of the RPC), encode the response. Reported per batch and per item
+//! decide every item and write the answer's bytes
+//! (`RetryDecisionApi::classify_batch_encoded`, the synchronous body of the
+//! RPC), copy them out as the codec does. Reported per batch and per item
 //! (criterion's throughput is items). Run: `cargo bench --bench batch`.
 //!
 //! The items are the load generator's mix (`src/bin/retryd-load/workload.rs`).
@@ -12,10 +13,10 @@ use arc_swap::ArcSwap;
 use criterion::{Criterion, Throughput, criterion_group};
 use prost::Message as _;
 use retryd::core::{Policy, UnixMillis};
-use retryd::grpc::wire::codec::{self, Pooled as _};
+use retryd::grpc::wire::codec::Pooled as _;
 use retryd::grpc::wire::pool;
 use retryd::grpc::{RetryDecisionApi, pb};
-use retryd::service::ServiceConfig;
+use retryd::service::{Caller, ServiceConfig};
 
 #[allow(dead_code)]
 #[path = "../../src/bin/retryd-load/workload.rs"]
@@ -49,54 +50,56 @@ fn batch(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("classify_batch");
     group.throughput(Throughput::Elements(u64::from(ITEMS)));
+    let local = || Caller::Named("local");
     // What the server does with a call, pools included: the codec decodes
-    // into pooled failures, the handler gives them back once decided, and the
-    // codec gives the response back once encoded.
+    // into pooled failures, the handler writes the answer's bytes into a
+    // pooled buffer and gives the failures back once decided, and the codec
+    // copies the bytes into its buffer and gives the answer's buffer back.
     group.bench_function("decode_decide_encode/1000", |b| {
         let mut out = Vec::with_capacity(check.encoded_len() * 2);
         b.iter(|| {
             let req = pb::ClassifyBatchRequest::decode_pooled(black_box(wire.as_slice())).expect("decodes");
-            let resp = api.classify_batch_at(&req, now).expect("decided");
+            let resp = api.classify_batch_encoded(&req, now, local(), None).expect("decided");
             pool::recycle_request(req);
             out.clear();
             // As the codec encodes into tonic's buffer: room reserved, then written.
-            codec::encode_and_recycle(resp, &mut out);
+            resp.encode_into(&mut out);
             black_box(out.len())
         })
     });
     // The same without the pools (nothing is given back, so they stay empty):
-    // every string allocated and freed.
+    // every request string and every answer buffer allocated and freed.
     group.bench_function("decode_decide_encode_unpooled/1000", |b| {
         let mut out = Vec::with_capacity(check.encoded_len() * 2);
         b.iter(|| {
             let req = pb::ClassifyBatchRequest::decode(black_box(wire.as_slice())).expect("decodes");
-            let resp = api.classify_batch_at(&req, now).expect("decided");
+            let resp = api.classify_batch_encoded(&req, now, local(), None).expect("decided");
             out.clear();
-            resp.encode(&mut out).expect("encodes");
+            out.extend_from_slice(resp.bytes());
             black_box(out.len())
         })
     });
-    // Deciding alone, with the answer's slots given back as the codec gives
-    // them back once encoded: what the server's handler costs per item.
-    // `decide_only` below never gives them back, so every item of every
-    // iteration allocates its decision's strings and frees them when the
-    // answer is dropped (callgrind: malloc and free were 63% of it).
+    // Deciding and writing the answer's bytes, the buffer given back as the
+    // codec gives it back once sent: what the server's handler costs per item.
     group.bench_function("decide_pooled/1000", |b| {
         let req = pb::ClassifyBatchRequest::decode(wire.as_slice()).expect("decodes");
         b.iter(|| {
-            let resp = api.classify_batch_at(black_box(&req), now).expect("decided");
-            let n = resp.results.len();
-            pool::recycle_response(resp);
+            let resp = api
+                .classify_batch_encoded(black_box(&req), now, local(), None)
+                .expect("decided");
+            let n = resp.bytes().len();
+            resp.recycle();
             black_box(n)
         })
     });
+    // The same, the buffer never given back (allocated and freed each time).
     group.bench_function("decide_only/1000", |b| {
         let req = pb::ClassifyBatchRequest::decode(wire.as_slice()).expect("decodes");
         b.iter(|| {
             black_box(
-                api.classify_batch_at(black_box(&req), now)
+                api.classify_batch_encoded(black_box(&req), now, local(), None)
                     .expect("decided")
-                    .results
+                    .bytes()
                     .len(),
             )
         })

@@ -3,7 +3,8 @@
 //! Requests are mapped by borrowing: a core [`Failure`] points into the
 //! decoded prost message, so nothing is copied on the way in. Strings are
 //! only copied when the response message is built, into the strings of an
-//! earlier response where there is one (`decision_into_proto`).
+//! earlier response where there is one (`decision_into_proto`); a
+//! ClassifyBatch answer is written as bytes instead (`wire::answer`).
 //!
 //! Enum numbers are open on the wire (proto3): a number this build does not
 //! know maps to the "not given" value rather than failing the call.
@@ -346,7 +347,11 @@ pub fn hold_kind_to_proto(k: HoldKind) -> pb::HoldKind {
 /// A hold as the wire carries it; `tenant` is what the caller may see (the
 /// raw tenant for operators, its keyed hash for everyone else).
 pub fn hold_to_proto(h: &Hold, tenant: &str) -> pb::Hold {
-    let now = UnixMillis::now();
+    hold_to_proto_at(h, tenant, UnixMillis::now())
+}
+
+/// [`hold_to_proto`] with its end and probe state shown as of `now`.
+pub fn hold_to_proto_at(h: &Hold, tenant: &str, now: UnixMillis) -> pb::Hold {
     pb::Hold {
         id: h.id.clone(),
         catalog: h.key.catalog.clone(),
@@ -363,45 +368,6 @@ pub fn hold_to_proto(h: &Hold, tenant: &str) -> pb::Hold {
         probing: h.probing(now),
         next_probe_at: h.next_probe_at(now).map(timestamp_from_millis),
     }
-}
-
-/// Writes `h` over `out` as [`hold_to_proto`] builds it, reusing the
-/// capacity of `out`'s strings: a batch answer's holds are written into the
-/// holds of an earlier answer's slots (with fleet memory, a hold in force on
-/// an item's scope was 8 strings allocated and freed per item). Every field
-/// is written: the destructuring names them all.
-pub fn hold_into_proto(h: &Hold, tenant: &str, out: &mut pb::Hold) {
-    let pb::Hold {
-        id,
-        catalog,
-        dependency,
-        tenant: tenant_out,
-        method,
-        scope,
-        kind,
-        since,
-        until,
-        code,
-        rule,
-        reason,
-        probing,
-        next_probe_at,
-    } = out;
-    let now = UnixMillis::now();
-    overwrite(id, &h.id);
-    overwrite(catalog, &h.key.catalog);
-    overwrite(dependency, &h.key.dependency);
-    overwrite(tenant_out, tenant);
-    overwrite(method, h.key.method());
-    *scope = hold_scope_to_proto(h.key.scope) as i32;
-    *kind = hold_kind_to_proto(h.kind) as i32;
-    *since = Some(timestamp_from_millis(h.since));
-    *until = Some(timestamp_from_millis(h.shown_until(now)));
-    overwrite(code, &h.code);
-    overwrite(rule, &h.rule);
-    overwrite(reason, &h.reason);
-    *probing = h.probing(now);
-    *next_probe_at = h.next_probe_at(now).map(timestamp_from_millis);
 }
 
 /// A hold with the tenant as the caller may see it.

@@ -8,23 +8,23 @@
 
 use std::sync::Arc;
 
+use prost::Message as _;
 use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
 use super::catalogs::list_catalogs;
 use super::convert::{
-    decision_into_proto, decision_to_proto, failure_from_proto, failure_notes, hold_into_proto, hold_to_proto,
-    judged_to_proto, shown_to_proto, status_of, timestamp_from_millis, violation_rpc_status, violation_status,
+    decision_into_proto, failure_from_proto, failure_notes, hold_to_proto, judged_to_proto, shown_to_proto, status_of,
+    timestamp_from_millis, violation_status,
 };
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
-use super::trace::{trace_admit, trace_batch, trace_decision};
-use super::wire::{pool, unary_pool};
+use super::trace::{trace_admit, trace_decision};
+use super::wire::unary_pool;
 use crate::core::UnixMillis;
 use crate::doors::peers::Operators;
 use crate::doors::watch_bytes::StreamAccount;
 use crate::fleet::Fleet;
-use crate::service::classify::BLOCKING_BATCH;
 use crate::service::holds::{AdmitAsk, HoldFilter, OutcomeCount};
 use crate::service::observe::DecisionObserver;
 use crate::service::watch::WatchFilter;
@@ -109,90 +109,6 @@ impl RetryDecisionApi {
             .map_err(violation_status)
     }
 
-    /// Decides a batch as of `now` (the synchronous body of ClassifyBatch).
-    pub fn classify_batch_at(
-        &self,
-        req: &pb::ClassifyBatchRequest,
-        now: UnixMillis,
-    ) -> Result<pb::ClassifyBatchResponse, Status> {
-        self.classify_batch_for(req, now, Caller::Named("local"))
-    }
-
-    /// Decides a batch of `caller` (who places any hold) as of `now`.
-    pub fn classify_batch_for(
-        &self,
-        req: &pb::ClassifyBatchRequest,
-        now: UnixMillis,
-        caller: Caller<'_>,
-    ) -> Result<pb::ClassifyBatchResponse, Status> {
-        // Refused before any storage is taken for the answer.
-        self.service
-            .check_batch(req.failures.len(), &req.locale)
-            .map_err(violation_status)?;
-        // Slots of an earlier response: each is overwritten whole.
-        let mut results = pool::take_results();
-        results.truncate(req.failures.len());
-        results.reserve(req.failures.len().saturating_sub(results.len()));
-        let failure = |i: usize| {
-            let f = &req.failures[i];
-            (failure_from_proto(f, &req.locale), failure_notes(f))
-        };
-        let summary = self
-            .service
-            .classify_batch(&req.locale, req.failures.len(), failure, now, caller, |i, item| {
-                if i == results.len() {
-                    results.push(pb::BatchResult::default());
-                }
-                let slot = &mut results[i];
-                slot.index = u32::try_from(i).unwrap_or(u32::MAX);
-                match item {
-                    Ok((d, hold)) => {
-                        let (out, earlier_hold) = match &mut slot.outcome {
-                            Some(pb::batch_result::Outcome::Decision(reused)) => {
-                                // Kept for its strings when a hold is written over it.
-                                let earlier_hold = if hold.is_some() { reused.hold.take() } else { None };
-                                decision_into_proto(d, reused);
-                                (&mut **reused, earlier_hold)
-                            }
-                            other => match other
-                                .insert(pb::batch_result::Outcome::Decision(Box::new(decision_to_proto(d))))
-                            {
-                                pb::batch_result::Outcome::Decision(fresh) => (&mut **fresh, None),
-                                pb::batch_result::Outcome::Error(_) => (unreachable_decision(), None),
-                            },
-                        };
-                        out.hold = hold.map(|h| {
-                            let mut slot = earlier_hold.unwrap_or_default();
-                            hold_into_proto(h, h.key.tenant(), &mut slot);
-                            slot
-                        });
-                    }
-                    Err(v) => slot.outcome = Some(pb::batch_result::Outcome::Error(violation_rpc_status(v))),
-                }
-            });
-        match summary {
-            Ok(s) => {
-                use crate::core::Verdict as V;
-                let summary = pb::BatchSummary {
-                    retry_with_limit: s.count(V::RetryWithLimit),
-                    state_verification_required: s.count(V::StateVerificationRequired),
-                    fix_before_retry: s.count(V::FixBeforeRetry),
-                    do_not_retry: s.count(V::DoNotRetry),
-                    already_applied: s.count(V::AlreadyApplied),
-                    errors: s.errors,
-                };
-                Ok(pb::ClassifyBatchResponse {
-                    results,
-                    summary: Some(summary),
-                })
-            }
-            Err(v) => {
-                pool::recycle_response(pb::ClassifyBatchResponse { results, summary: None });
-                Err(violation_status(v))
-            }
-        }
-    }
-
     /// Lists the catalogs of the policy in force (the body of ListCatalogs),
     /// all from one policy snapshot.
     pub fn list_catalogs_now(&self, req: &pb::ListCatalogsRequest) -> Result<pb::ListCatalogsResponse, Status> {
@@ -200,15 +116,15 @@ impl RetryDecisionApi {
         Ok(list_catalogs(&list))
     }
 
+    /// Who may release holds and see tenants in clear.
+    pub(super) fn operators(&self) -> &Operators {
+        &self.operators
+    }
+
     fn operator<T>(&self, request: &Request<T>) -> bool {
         self.operators
             .allows_parts(request.metadata().as_ref(), request.extensions())
     }
-}
-
-fn unreachable_decision() -> &'static mut pb::Decision {
-    // `Option::insert` just stored a Decision; kept total without a panic.
-    Box::leak(Box::default())
 }
 
 #[tonic::async_trait]
@@ -409,51 +325,18 @@ impl RetryDecisionService for RetryDecisionApi {
         result.map(Response::new)
     }
 
+    /// Served by [`super::batch::BatchFirst`] ahead of this method; here
+    /// for a server built without it, the same answer decoded.
     async fn classify_batch(
         &self,
         request: Request<pb::ClassifyBatchRequest>,
     ) -> Result<Response<pb::ClassifyBatchResponse>, Status> {
-        let mut span = crate::doors::traces::start("ClassifyBatch", request.metadata());
-        let now = UnixMillis::now();
-        let caller = if self.service.has_fleet() {
-            self.operators
-                .caller_of(request.metadata().as_ref(), request.extensions())
-        } else {
-            "local".to_owned()
-        };
-        let req = request.into_inner();
-        if let Some(span) = span.as_mut() {
-            span.set("retryd.items", i64::try_from(req.failures.len()).unwrap_or(i64::MAX));
-        }
-        // Decided, the request's failures are given back for the next request
-        // to decode into (see `pool`).
-        if req.failures.len() <= BLOCKING_BATCH {
-            let decided = self.classify_batch_for(&req, now, Caller::Named(&caller));
-            pool::recycle_request(req);
-            if let Some(span) = span.as_mut() {
-                trace_batch(span, &decided);
-            }
-            return decided.map(Response::new);
-        }
-        let this = self.clone();
-        let current = tracing::Span::current();
-        let decide = move || {
-            let decided = current.in_scope(|| this.classify_batch_for(&req, now, Caller::Named(&caller)));
-            pool::recycle_request(req);
-            decided
-        };
-        match tokio::task::spawn_blocking(decide).await {
-            Ok(result) => {
-                if let Some(span) = span.as_mut() {
-                    trace_batch(span, &result);
-                }
-                result.map(Response::new)
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "ClassifyBatch worker failed");
-                Err(Status::internal("internal error"))
-            }
-        }
+        let encoded = self.classify_batch_call(request).await?.into_inner();
+        let decoded = pb::ClassifyBatchResponse::decode(encoded.bytes());
+        encoded.recycle();
+        decoded
+            .map(Response::new)
+            .map_err(|e| Status::internal(format!("a batch answer did not decode: {e}")))
     }
 }
 
@@ -558,59 +441,6 @@ mod tests {
                 + summary.already_applied,
             2
         );
-    }
-
-    /// A hold written over an earlier answer's hold equals the hold built
-    /// fresh: nothing of the earlier one survives.
-    #[test]
-    fn a_reused_hold_keeps_nothing_of_the_earlier_one() {
-        use crate::core::hold::{Hold, HoldKey, HoldKind, HoldScope};
-        let hold = |scope, kind, text: &str| Hold {
-            id: format!("id-{text}"),
-            key: HoldKey {
-                scope,
-                catalog: "vibecode".into(),
-                dependency: format!("dep-{text}"),
-                subject: text.into(),
-            },
-            kind,
-            since: UnixMillis(1_000),
-            until: UnixMillis(9_000_000),
-            probe_every_ms: 5,
-            probe_window_ms: 0,
-            rank: Default::default(),
-            code: text.repeat(3),
-            rule: format!("rule/{text}"),
-            reason: text.repeat(40),
-        };
-        let holds = [
-            hold(HoldScope::Tenant, HoldKind::Pause, "a"),
-            hold(
-                HoldScope::Dependency,
-                HoldKind::QuotaStop,
-                "longer-text-of-another-tenant",
-            ),
-            hold(HoldScope::Method, HoldKind::CircuitOpen, ""),
-        ];
-        let earlier: Vec<pb::Hold> = holds
-            .iter()
-            .map(|h| hold_to_proto(h, "seen-tenant"))
-            .chain([pb::Hold {
-                scope: 99,
-                kind: 99,
-                since: Some(prost_types::Timestamp { seconds: 1, nanos: 1 }),
-                ..Default::default()
-            }])
-            .collect();
-        for h in &holds {
-            for tenant in ["", h.key.tenant(), "h:0123456789abcdef"] {
-                for before in &earlier {
-                    let mut slot = before.clone();
-                    hold_into_proto(h, tenant, &mut slot);
-                    assert_eq!(slot, hold_to_proto(h, tenant));
-                }
-            }
-        }
     }
 
     #[test]

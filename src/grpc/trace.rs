@@ -2,10 +2,12 @@
 //! (the span itself is [`crate::doors::traces`]'s). Verdicts are the core's
 //! words (`retry_with_limit`), as in metrics and logs.
 
+use opentelemetry::KeyValue;
 use tonic::Status;
 
 use super::convert::verdict_from_proto;
 use super::pb;
+use crate::core::Decision;
 use crate::doors::traces::CallSpan;
 
 /// The verdict's word (`unspecified` for a number this build does not know).
@@ -24,63 +26,72 @@ pub fn trace_decision(span: &mut CallSpan, d: &pb::Decision) {
 /// Batches up to this many items get one span event per decision.
 const TRACED_BATCH_ITEMS: usize = 32;
 
-/// A ClassifyBatch span: errors, the distinct catalogs and verdicts, and
-/// for small batches one `decision` event per item (catalog, code, verdict, rule).
-pub fn trace_batch(span: &mut CallSpan, result: &Result<pb::ClassifyBatchResponse, Status>) {
-    let response = match result {
-        Ok(r) => r,
-        Err(status) => return span.fail(status),
-    };
-    let mut catalogs: Vec<String> = Vec::new();
-    let mut verdicts: Vec<&'static str> = Vec::new();
-    let mut errors = 0i64;
-    for item in &response.results {
-        match &item.outcome {
-            Some(pb::batch_result::Outcome::Decision(d)) => {
-                if !catalogs.contains(&d.catalog) {
-                    catalogs.push(d.catalog.clone());
-                }
-                let verdict = verdict_word(d);
-                if !verdicts.contains(&verdict) {
-                    verdicts.push(verdict);
-                }
-                if response.results.len() <= TRACED_BATCH_ITEMS {
-                    span.event(
-                        "decision",
-                        vec![
-                            opentelemetry::KeyValue::new("retryd.index", i64::from(item.index)),
-                            opentelemetry::KeyValue::new("retryd.catalog", d.catalog.clone()),
-                            opentelemetry::KeyValue::new("retryd.code", d.code.clone()),
-                            opentelemetry::KeyValue::new("retryd.verdict", verdict),
-                            opentelemetry::KeyValue::new("retryd.rule", d.rule.clone()),
-                        ],
-                    );
-                }
-            }
-            Some(pb::batch_result::Outcome::Error(_)) | None => errors += 1,
+/// What a ClassifyBatch span says, gathered while the items are decided
+/// (the answer is bytes by then): errors, the distinct catalogs and
+/// verdicts, and for small batches one `decision` event per item (catalog,
+/// code, verdict, rule).
+#[derive(Debug, Default)]
+pub struct BatchTrace {
+    items: usize,
+    catalogs: Vec<String>,
+    verdicts: Vec<&'static str>,
+    errors: i64,
+    events: Vec<Vec<KeyValue>>,
+}
+
+impl BatchTrace {
+    /// For a batch of `items` items.
+    pub fn new(items: usize) -> Self {
+        BatchTrace {
+            items,
+            ..Default::default()
         }
     }
-    span.set("retryd.errors", errors);
-    span.set(
-        "retryd.catalog",
-        opentelemetry::Value::Array(
-            catalogs
-                .into_iter()
-                .map(Into::into)
-                .collect::<Vec<opentelemetry::StringValue>>()
-                .into(),
-        ),
-    );
-    span.set(
-        "retryd.verdict",
-        opentelemetry::Value::Array(
-            verdicts
-                .into_iter()
-                .map(Into::into)
-                .collect::<Vec<opentelemetry::StringValue>>()
-                .into(),
-        ),
-    );
+
+    /// Item `index` was decided `d`.
+    pub fn decision(&mut self, index: usize, d: &Decision<'_>) {
+        if !self.catalogs.iter().any(|c| c == d.catalog) {
+            self.catalogs.push(d.catalog.to_owned());
+        }
+        let verdict = d.verdict.as_str();
+        if !self.verdicts.contains(&verdict) {
+            self.verdicts.push(verdict);
+        }
+        if self.items <= TRACED_BATCH_ITEMS {
+            self.events.push(vec![
+                KeyValue::new("retryd.index", i64::try_from(index).unwrap_or(i64::MAX)),
+                KeyValue::new("retryd.catalog", d.catalog.to_owned()),
+                KeyValue::new("retryd.code", d.code.to_owned()),
+                KeyValue::new("retryd.verdict", verdict),
+                KeyValue::new("retryd.rule", d.rule.to_owned()),
+            ]);
+        }
+    }
+
+    /// An item was refused with a field error.
+    pub fn error(&mut self) {
+        self.errors += 1;
+    }
+
+    /// Sets the span's attributes for the call's `result`.
+    pub fn finish<T>(self, span: &mut CallSpan, result: &Result<T, Status>) {
+        if let Err(status) = result {
+            return span.fail(status);
+        }
+        for event in self.events {
+            span.event("decision", event);
+        }
+        span.set("retryd.errors", self.errors);
+        let array = |values: Vec<opentelemetry::StringValue>| opentelemetry::Value::Array(values.into());
+        span.set(
+            "retryd.catalog",
+            array(self.catalogs.into_iter().map(Into::into).collect()),
+        );
+        span.set(
+            "retryd.verdict",
+            array(self.verdicts.into_iter().map(Into::into).collect()),
+        );
+    }
 }
 
 /// An Admit span: the catalog asked about, whether the call was admitted,

@@ -25,7 +25,6 @@ use crate::doors::ledger::{Ledger, Limits};
 use crate::doors::overload::SHED_TOTAL;
 use crate::doors::peers::Operators;
 use crate::fleet::Fleet;
-use crate::grpc::pb::retry_decision_service_server::RetryDecisionServiceServer;
 use crate::grpc::{RetryDecisionApi, SERVICE_NAME};
 use crate::http::{HttpConfig, HttpDoor};
 use crate::service::watch::WatchLimits;
@@ -337,7 +336,7 @@ impl BoundServer {
             service = service.with_observer(observer);
         }
         let api = RetryDecisionApi::from_service(service.clone(), Arc::clone(&operators));
-        let api = RetryDecisionServiceServer::new(api).max_decoding_message_size(config.max_message_bytes);
+        let api = crate::grpc::server(api, config.max_message_bytes);
 
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {

@@ -1,19 +1,20 @@
 //! Storage reused from one ClassifyBatch to the next.
 //!
-//! A 1 000-item batch is about 5 000 strings decoded from the request and
-//! 6 000 built for the response; allocating and freeing them was the largest
-//! cost of a batch (callgrind: malloc and free were 42% of the instructions of
-//! decode → decide → encode). Decoded requests and encoded responses are kept
-//! in small bounded pools instead, and the next batch decodes and writes into
-//! the same strings.
+//! A 1 000-item batch is about 5 000 strings decoded from the request;
+//! allocating and freeing them (and the 6 000 an answer built as messages
+//! had) was the largest cost of a batch (callgrind: malloc and free were 42%
+//! of the instructions of decode → decide → encode). Decoded requests are
+//! kept in a small bounded pool instead, and the next batch decodes into the
+//! same strings; an answer is bytes (`super::answer`), written into the
+//! buffer of an earlier answer.
 //!
 //! Nothing of one call may reach another: a decoded failure is `clear`ed
-//! before it is reused, every field of a reused decision is overwritten (see
-//! [`crate::grpc::convert::decision_into_proto`]), and tests compare reused storage
-//! with fresh storage field for field. What a pool keeps is bounded: at most
-//! [`POOLED`] messages of at most [`POOLED_ITEMS`] items each, and a decoded
-//! failure whose strings hold more than [`POOLED_FAILURE_BYTES`] is dropped
-//! rather than kept.
+//! before it is reused, an answer buffer is cleared, and tests compare reused
+//! storage with fresh storage field for field. What a pool keeps is bounded:
+//! at most [`POOLED`] requests of at most [`POOLED_ITEMS`] items each (a
+//! decoded failure whose strings hold more than [`POOLED_FAILURE_BYTES`] is
+//! dropped rather than kept) and [`POOLED`] answer buffers of at most
+//! [`POOLED_ANSWER_BYTES`].
 
 use std::sync::Mutex;
 
@@ -32,6 +33,10 @@ pub const POOLED_ITEMS: usize = 2_048;
 /// Every field limit of `core::limits` together is under it, so this only
 /// drops failures that were refused as too long.
 pub const POOLED_FAILURE_BYTES: usize = 2_048;
+
+/// Most bytes a pooled answer buffer keeps (a 1 000-item answer is about
+/// 300 KB); a larger one's storage is cut down to this.
+pub const POOLED_ANSWER_BYTES: usize = 1 << 20;
 
 /// The `failures` field of `ClassifyBatchRequest`.
 const FAILURES_TAG: u32 = 1;
@@ -68,7 +73,7 @@ impl<T, const N: usize> Pool<T, N> {
 }
 
 static REQUESTS: Pool<Vec<pb::Failure>> = Pool::new();
-static RESPONSES: Pool<Vec<pb::BatchResult>> = Pool::new();
+static ANSWERS: Pool<Vec<u8>> = Pool::new();
 
 /// Decodes a `ClassifyBatchRequest` as prost does, but into failures kept
 /// from earlier requests. This is `Message::decode`'s own loop; only a
@@ -189,17 +194,16 @@ pub fn recycle_request(req: pb::ClassifyBatchRequest) {
     REQUESTS.give(failures);
 }
 
-/// Result slots of an earlier response, to be overwritten by the next one.
-pub fn take_results() -> Vec<pb::BatchResult> {
-    RESPONSES.take().unwrap_or_default()
+/// The buffer of an earlier answer, to write the next one's bytes into.
+pub fn take_answer() -> Vec<u8> {
+    ANSWERS.take().unwrap_or_default()
 }
 
-/// Gives an encoded response's results back for the next response.
-pub fn recycle_response(resp: pb::ClassifyBatchResponse) {
-    let mut results = resp.results;
-    results.truncate(POOLED_ITEMS);
-    results.shrink_to(POOLED_ITEMS);
-    RESPONSES.give(results);
+/// Gives an answer's bytes back once they are sent (see [`POOLED_ANSWER_BYTES`]).
+pub fn recycle_answer(mut bytes: Vec<u8>) {
+    bytes.clear();
+    bytes.shrink_to(POOLED_ANSWER_BYTES);
+    ANSWERS.give(bytes);
 }
 
 /// Bytes held by the strings of a decoded failure.
@@ -359,16 +363,13 @@ pub(super) mod tests {
         let decoded = decode_batch_request(req.encode_to_vec().as_slice()).expect("decodes");
         assert_eq!(decoded.failures.len(), POOLED_ITEMS * 3);
         recycle_request(decoded);
-        recycle_response(pb::ClassifyBatchResponse {
-            results: vec![pb::BatchResult::default(); POOLED_ITEMS * 3],
-            summary: None,
-        });
+        recycle_answer(vec![0; POOLED_ANSWER_BYTES * 3]);
         // Other tests share the pools: every vector in them must be within bounds.
         for failures in REQUESTS.free.lock().expect("lock").iter() {
             assert!(failures.len() <= POOLED_ITEMS && failures.capacity() <= 2 * POOLED_ITEMS);
         }
-        for results in RESPONSES.free.lock().expect("lock").iter() {
-            assert!(results.len() <= POOLED_ITEMS && results.capacity() <= 2 * POOLED_ITEMS);
+        for bytes in ANSWERS.free.lock().expect("lock").iter() {
+            assert!(bytes.is_empty() && bytes.capacity() <= 2 * POOLED_ANSWER_BYTES);
         }
     }
 
