@@ -32,9 +32,64 @@ pub const PIECE: usize = 64 * 1024;
 /// Counter of answers dropped because the client stopped reading them.
 pub const STALLED_TOTAL: &str = "retryd_answers_stalled_total";
 
+/// One frame of a service's answer body.
+pub type Item = Result<Frame<Bytes>, tonic::Status>;
+
+/// Frames taken from a service's body, in order: the first two held inline,
+/// so a unary answer (its data, then its trailers) is queued without an
+/// allocation; any more in a queue behind them.
+#[derive(Debug, Default)]
+pub struct Frames {
+    // Invariant: `first` is empty only if all are, `second` only if `more` is.
+    first: Option<Item>,
+    second: Option<Item>,
+    more: VecDeque<Item>,
+}
+
+impl Frames {
+    /// Adds `item` behind the others.
+    pub fn push_back(&mut self, item: Item) {
+        if self.first.is_none() {
+            self.first = Some(item);
+        } else if self.second.is_none() {
+            self.second = Some(item);
+        } else {
+            self.more.push_back(item);
+        }
+    }
+
+    fn pop_front(&mut self) -> Option<Item> {
+        let item = self.first.take()?;
+        self.first = self.second.take();
+        if self.first.is_some() {
+            self.second = self.more.pop_front();
+        }
+        Some(item)
+    }
+
+    /// No frame is queued.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    fn clear(&mut self) {
+        *self = Frames::default();
+    }
+}
+
+impl From<VecDeque<Item>> for Frames {
+    fn from(items: VecDeque<Item>) -> Self {
+        let mut frames = Frames::default();
+        for item in items {
+            frames.push_back(item);
+        }
+        frames
+    }
+}
+
 #[derive(Debug)]
 struct Payload {
-    frames: VecDeque<Result<Frame<Bytes>, tonic::Status>>,
+    frames: Frames,
     data: Bytes,
     /// A piece was handed to the connection (which may still hold it).
     handed: bool,
@@ -60,14 +115,9 @@ pub struct Answer(Arc<Shared>);
 impl Answer {
     /// An answer of `frames` already taken from the service's body, then
     /// whatever is left in `rest`, holding `ticket` until it is all taken.
-    pub fn new(
-        frames: VecDeque<Result<Frame<Bytes>, tonic::Status>>,
-        rest: Option<tonic::body::Body>,
-        ticket: Ticket,
-        stalls: &Stalls,
-    ) -> Self {
+    pub fn new(frames: impl Into<Frames>, rest: Option<tonic::body::Body>, ticket: Ticket, stalls: &Stalls) -> Self {
         let shared = Arc::new(Shared(Mutex::new(Payload {
-            frames,
+            frames: frames.into(),
             data: Bytes::new(),
             handed: false,
             rest,
@@ -244,6 +294,36 @@ mod tests {
             Ok(Frame::trailers(trailers)),
         ]);
         Answer::new(frames, None, ticket, stalls)
+    }
+
+    #[test]
+    fn frames_come_out_in_the_order_they_went_in() {
+        let item = |n: u8| Ok(Frame::data(Bytes::from(vec![n])));
+        let first = |f: Option<Item>| f.and_then(|i| i.ok()).and_then(|f| f.into_data().ok()).map(|d| d[0]);
+        let mut frames = Frames::default();
+        let mut expected = VecDeque::new();
+        // Pushes and pops interleaved, the queue crossing its inline slots both ways.
+        for (step, push) in [
+            true, true, true, true, false, true, false, false, true, false, false, false, false,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let n = u8::try_from(step).unwrap();
+            if push {
+                frames.push_back(item(n));
+                expected.push_back(n);
+            } else {
+                assert_eq!(first(frames.pop_front()), expected.pop_front());
+            }
+            assert_eq!(frames.is_empty(), expected.is_empty());
+        }
+        let from: Frames = VecDeque::from([item(1), item(2), item(3)]).into();
+        let mut from = from;
+        assert_eq!(
+            [from.pop_front(), from.pop_front(), from.pop_front(), from.pop_front()].map(first),
+            [Some(1), Some(2), Some(3), None]
+        );
     }
 
     #[tokio::test]

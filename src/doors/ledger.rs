@@ -285,6 +285,47 @@ impl Ticket {
         Ok(())
     }
 
+    /// [`Self::charge`] then [`Self::take_call`] under one lock (an admitted
+    /// call's answer estimate and its slot): the same checks in the same
+    /// order, and nothing held if either refuses.
+    pub fn charge_and_take_call(&mut self, n: usize) -> Result<(), Refusal> {
+        let limits = self.ledger.limits;
+        let mut s = self.ledger.lock();
+        if over(limits.bytes, s.bytes, n) {
+            return Err(Refusal::Bytes(limits.bytes));
+        }
+        if self.queue && over(limits.bytes / 2, s.queued, n) {
+            return Err(Refusal::QueuedBytes(limits.bytes / 2));
+        }
+        if let Some(peer) = self.peer {
+            let share = s.connections.entry(peer).or_default();
+            if over(limits.bytes_per_connection, share.bytes, n) {
+                return Err(Refusal::BytesPerConnection(limits.bytes_per_connection));
+            }
+        }
+        if over(limits.calls, s.calls, 1) {
+            return Err(Refusal::Calls(limits.calls));
+        }
+        if let Some(peer) = self.peer {
+            let share = s.connections.entry(peer).or_default();
+            if over(limits.calls_per_connection, share.calls, 1) {
+                return Err(Refusal::CallsPerConnection(limits.calls_per_connection));
+            }
+            share.bytes += n;
+            share.calls += 1;
+            self.connection_call = true;
+        }
+        s.bytes += n;
+        s.peak = s.peak.max(s.bytes);
+        if self.queue {
+            s.queued += n;
+        }
+        s.calls += 1;
+        self.bytes += n;
+        self.call = true;
+        Ok(())
+    }
+
     /// Gives the call slot back (server-wide and on the connection), keeping
     /// the bytes: for a streaming answer, which may last as long as its client
     /// wants and must not hold a slot meanwhile.
@@ -389,6 +430,49 @@ mod tests {
         drop((a2, a3, b1, b2));
         assert_eq!(ledger.held(), (0, 0));
         assert!(ledger.lock().connections.is_empty());
+    }
+
+    #[test]
+    fn charge_and_take_call_refuses_as_the_two_steps_do() {
+        // Every state of two earlier tickets, then one ticket asking for
+        // bytes and a slot: one step answers as the two did, holding the same.
+        for (bytes_a, bytes_b, calls_a, calls_b, n) in [
+            (0, 0, 0, 0, 10),
+            (50, 0, 0, 0, 20),
+            (40, 40, 0, 0, 30),
+            (0, 0, 2, 0, 1),
+            (0, 0, 1, 2, 1),
+            (10, 0, 1, 1, 45),
+        ] {
+            let run = |one_step: bool| {
+                let ledger = Ledger::new(limits());
+                let mut a = ledger.ticket(peer(1));
+                let mut b = ledger.ticket(peer(2));
+                a.charge(bytes_a).unwrap();
+                b.charge(bytes_b).unwrap();
+                // Slots held by calls that stay in flight through the test.
+                let mut in_flight = Vec::new();
+                for (port, calls) in [(1, calls_a), (2, calls_b)] {
+                    for _ in 0..calls {
+                        let mut extra = ledger.ticket(peer(port));
+                        extra.take_call().unwrap();
+                        in_flight.push(extra);
+                    }
+                }
+                let mut t = ledger.ticket(peer(1));
+                let got = if one_step {
+                    t.charge_and_take_call(n)
+                } else {
+                    t.charge(n).and_then(|()| t.take_call())
+                };
+                let held = if got.is_ok() { Some((t.bytes(), t.call)) } else { None };
+                drop(t);
+                let after = ledger.held();
+                drop((a, b, in_flight));
+                (got, held, after)
+            };
+            assert_eq!(run(true), run(false), "{bytes_a} {bytes_b} {calls_a} {calls_b} {n}");
+        }
     }
 
     #[test]

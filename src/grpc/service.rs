@@ -167,6 +167,8 @@ impl RetryDecisionService for RetryDecisionApi {
         if let Some(span) = span.as_mut() {
             trace_admit(span, req, &result);
         }
+        // Its strings are decoded into by a later Admit (see unary_pool).
+        unary_pool::recycle_admit_request(request.into_inner());
         result.map(Response::new)
     }
 

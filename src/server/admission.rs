@@ -30,7 +30,6 @@
 //! Health checks and reflection are not admitted here: an overloaded server
 //! is busy, not unhealthy, and must not be restarted for it.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -45,7 +44,7 @@ use tonic::body::Body;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tower::{Layer, Service};
 
-use crate::doors::answer::{Answer, Stalls};
+use crate::doors::answer::{Answer, Frames, Stalls};
 use crate::doors::ledger::{Ledger, Ticket};
 use crate::doors::overload::SHED_TOTAL;
 use crate::doors::watch_bytes::StreamAccount;
@@ -174,19 +173,9 @@ where
     let peer = peer(&req);
     let mut ticket = admission.ledger.ticket(peer);
     let (mut parts, body) = req.into_parts();
-    let read = tokio::time::timeout(
-        config.first_message_timeout,
-        read_request(body, &mut ticket, config.max_message_bytes),
-    );
-    let request = match read.await {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(status)) => return Ok(answer(status)),
-        Err(_) => {
-            return Ok(answer(tonic::Status::deadline_exceeded(format!(
-                "the request message did not arrive within {:?} (--first-message-timeout)",
-                config.first_message_timeout
-            ))));
-        }
+    let request = match read_in_time(body, &mut ticket, &config).await {
+        Ok(bytes) => bytes,
+        Err(status) => return Ok(answer(status)),
     };
     let estimate = if parts.uri.path() == CLASSIFY_BATCH {
         match batch_items(&request) {
@@ -199,7 +188,7 @@ where
     } else {
         OTHER_ANSWER_BYTES
     };
-    if let Err(refusal) = ticket.charge(estimate).and_then(|()| ticket.take_call()) {
+    if let Err(refusal) = ticket.charge_and_take_call(estimate) {
         metrics::counter!(SHED_TOTAL).increment(1);
         return Ok(answer(refusal.status(refusal.advice())));
     }
@@ -256,25 +245,70 @@ fn watch_answer(response: http::Response<Body>, mut ticket: Ticket, stalls: &Sta
     ticket.release_call();
     ticket.set_bytes(0);
     let (parts, body) = response.into_parts();
-    let answer = Answer::new(VecDeque::new(), Some(body), ticket, stalls);
+    let answer = Answer::new(Frames::default(), Some(body), ticket, stalls);
     http::Response::from_parts(parts, Body::new(answer))
+}
+
+/// [`read_request`] within `--first-message-timeout` (DEADLINE_EXCEEDED
+/// otherwise). Most requests are whole by the time their call starts: they
+/// are read at once, and only a request still arriving gets a timer (which
+/// then starts a poll later than the call: a few microseconds).
+async fn read_in_time(body: Body, ticket: &mut Ticket, config: &AdmissionConfig) -> Result<Bytes, tonic::Status> {
+    let mut read = std::pin::pin!(read_request(body, ticket, config.max_message_bytes));
+    let now = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+    if let Poll::Ready(result) = now {
+        return result;
+    }
+    match tokio::time::timeout(config.first_message_timeout, read).await {
+        Ok(result) => result,
+        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+            "the request message did not arrive within {:?} (--first-message-timeout)",
+            config.first_message_timeout
+        ))),
+    }
 }
 
 /// Reads the whole request body, charging its bytes to `ticket`. Stops at
 /// the first byte past one message of `max_message_bytes`: the message is
 /// too large (RESOURCE_EXHAUSTED), or a second one follows (UNIMPLEMENTED).
+/// A request in one DATA frame (most) is kept as it came, not copied; only
+/// one in several frames is gathered into a buffer.
 async fn read_request(mut body: Body, ticket: &mut Ticket, max_message_bytes: usize) -> Result<Bytes, tonic::Status> {
-    let mut buf = BytesMut::new();
+    let mut first = Bytes::new();
+    let mut gathered: Option<BytesMut> = None;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| tonic::Status::cancelled(format!("reading the request: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
+        if data.is_empty() {
+            // An empty DATA frame (a client's end of stream): nothing to keep.
+            if body.is_end_stream() {
+                break;
+            }
+            continue;
+        }
         ticket.charge(data.len()).map_err(|r| {
             metrics::counter!(SHED_TOTAL).increment(1);
             r.status(r.advice())
         })?;
-        buf.extend_from_slice(&data);
+        let buf: &[u8] = match gathered.as_mut() {
+            Some(buf) => {
+                buf.extend_from_slice(&data);
+                buf
+            }
+            None if first.is_empty() => {
+                first = data;
+                &first
+            }
+            None => {
+                let mut buf = BytesMut::with_capacity(first.len() + data.len());
+                buf.extend_from_slice(&first);
+                buf.extend_from_slice(&data);
+                first = Bytes::new();
+                gathered.insert(buf)
+            }
+        };
         if buf.len() > max_message_bytes + 5 {
-            return Err(match message_len(&buf) {
+            return Err(match message_len(buf) {
                 Some(n) if n > max_message_bytes => too_large(n, max_message_bytes),
                 _ => second_message(),
             });
@@ -283,6 +317,7 @@ async fn read_request(mut body: Body, ticket: &mut Ticket, max_message_bytes: us
             break;
         }
     }
+    let buf = gathered.map_or(first, BytesMut::freeze);
     if let Some(n) = message_len(&buf) {
         if buf.len() > n + 5 {
             return Err(if n > max_message_bytes {
@@ -292,7 +327,7 @@ async fn read_request(mut body: Body, ticket: &mut Ticket, max_message_bytes: us
             });
         }
     }
-    Ok(buf.freeze())
+    Ok(buf)
 }
 
 fn too_large(n: usize, max: usize) -> tonic::Status {
@@ -346,8 +381,8 @@ fn batch_items(framed: &[u8]) -> Option<usize> {
 
 /// Takes the frames the answer's body has ready (all of a unary answer):
 /// the frames, their data bytes, and whether the body is finished.
-async fn take_ready(body: &mut Body) -> (VecDeque<Result<http_body::Frame<Bytes>, tonic::Status>>, usize, bool) {
-    let mut frames = VecDeque::new();
+async fn take_ready(body: &mut Body) -> (Frames, usize, bool) {
+    let mut frames = Frames::default();
     let mut size = 0;
     let mut done = false;
     std::future::poll_fn(|cx| {
@@ -412,6 +447,50 @@ mod tests {
             remote_addr: Some(remote),
         });
         assert_eq!(peer(&req), Some(remote));
+    }
+
+    fn body_of(pieces: Vec<Bytes>) -> Body {
+        let frames: Vec<Result<http_body::Frame<Bytes>, tonic::Status>> =
+            pieces.into_iter().map(|p| Ok(http_body::Frame::data(p))).collect();
+        Body::new(http_body_util::StreamBody::new(tokio_stream::iter(frames)))
+    }
+
+    /// `bytes` cut at `cuts`, with empty frames between the pieces.
+    fn pieces(bytes: &[u8], cuts: &[usize]) -> Vec<Bytes> {
+        let mut out = vec![Bytes::new()];
+        let mut at = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&bytes.len())) {
+            out.push(Bytes::copy_from_slice(&bytes[at..cut]));
+            out.push(Bytes::new());
+            at = cut;
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_request_reads_the_same_in_any_frames() {
+        let req = framed(&pb::ClassifyRequest {
+            failure: None,
+            locale: "ru".into(),
+        });
+        let ledger = crate::doors::ledger::Ledger::new(crate::doors::ledger::Limits::default());
+        for cuts in [&[][..], &[1], &[3, 5], &[5, 6, 7]] {
+            let mut ticket = ledger.ticket(None);
+            let read = read_request(body_of(pieces(&req, cuts)), &mut ticket, 64).await;
+            assert_eq!(read.map_err(|s| s.code()), Ok(Bytes::from(req.clone())), "{cuts:?}");
+            assert_eq!(ticket.bytes(), req.len(), "every byte charged");
+
+            let two = [req.clone(), req.clone()].concat();
+            let read = read_request(body_of(pieces(&two, cuts)), &mut ledger.ticket(None), 64).await;
+            assert_eq!(read.map_err(|s| s.code()), Err(tonic::Code::Unimplemented), "{cuts:?}");
+            let read = read_request(body_of(pieces(&req, cuts)), &mut ledger.ticket(None), 2).await;
+            assert_eq!(
+                read.map_err(|s| s.code()),
+                Err(tonic::Code::ResourceExhausted),
+                "{cuts:?}"
+            );
+        }
+        assert_eq!(ledger.held(), (0, 0));
     }
 
     #[test]

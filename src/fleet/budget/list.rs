@@ -75,13 +75,27 @@ impl Budgets {
     }
 
     /// Sets [`BUDGET_UTILIZATION`] per catalog and scope kind from the busiest scope.
+    /// Reads the table in place: nothing is copied or sorted per scope
+    /// (listing every scope for this cost a few thousand instructions per
+    /// Admit under load, and held the table's lock meanwhile).
     pub fn update_gauges(&self, now: UnixMillis) {
-        let mut busiest: HashMap<(Box<str>, BudgetScope), f64> = HashMap::new();
-        for (catalog, j) in self.list("", "", usize::MAX, now) {
-            let u = utilization(&j.standing);
-            let slot = busiest.entry((catalog, j.rule.scope)).or_insert(0.0);
-            *slot = slot.max(u);
-        }
+        let fallback = self.in_fallback(now);
+        let k = self.replicas();
+        let busiest: Vec<((Box<str>, BudgetScope), f64)> = {
+            let t = self.lock();
+            let mut busiest: HashMap<(&str, BudgetScope), f64> = HashMap::new();
+            for e in t.map.values() {
+                let Some(standing) = stand(e, now, self.shared, fallback, k) else {
+                    continue;
+                };
+                let slot = busiest.entry((&*e.catalog, e.rule.scope)).or_insert(0.0);
+                *slot = slot.max(utilization(&standing));
+            }
+            busiest
+                .into_iter()
+                .map(|((c, scope), u)| ((c.into(), scope), u))
+                .collect()
+        };
         for ((catalog, scope), u) in busiest {
             metrics::gauge!(BUDGET_UTILIZATION, "catalog" => catalog.to_string(), "scope" => scope.as_str()).set(u);
         }

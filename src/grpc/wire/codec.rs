@@ -91,7 +91,11 @@ impl Reserve for Vec<u8> {
 
 impl Pooled for pb::ListCatalogsRequest {}
 impl Pooled for pb::ListCatalogsResponse {}
-impl Pooled for pb::AdmitRequest {}
+impl Pooled for pb::AdmitRequest {
+    fn decode_pooled(buf: impl Buf) -> Result<Self, DecodeError> {
+        unary_pool::decode_admit_request(buf)
+    }
+}
 impl Pooled for pb::AdmitResponse {}
 impl Pooled for pb::ReportOutcomesRequest {}
 impl Pooled for pb::ReportOutcomesResponse {}

@@ -59,6 +59,26 @@ pub fn recycle_request(req: pb::ClassifyRequest) {
     }
 }
 
+static ADMITS: Pool<pb::AdmitRequest, POOLED_UNARY> = Pool::new();
+
+/// Decodes an `AdmitRequest` as prost does (a cleared message, merged),
+/// into one kept from an earlier call: its four strings keep their storage.
+pub fn decode_admit_request(buf: impl Buf) -> Result<pb::AdmitRequest, DecodeError> {
+    let mut req = ADMITS.take().unwrap_or_default();
+    req.clear();
+    req.merge(buf)?;
+    Ok(req)
+}
+
+/// Gives a decided Admit request back for the next one to decode into,
+/// unless its strings hold more than a pooled failure may.
+pub fn recycle_admit_request(req: pb::AdmitRequest) {
+    let held = req.catalog.capacity() + req.dependency.capacity() + req.tenant.capacity() + req.method.capacity();
+    if held <= POOLED_FAILURE_BYTES {
+        ADMITS.give(req);
+    }
+}
+
 /// A decision to write an answer over (every field is overwritten).
 pub fn take_decision() -> Box<pb::Decision> {
     DECISIONS.take().unwrap_or_default()
@@ -155,7 +175,57 @@ mod tests {
         );
     }
 
+    fn admit(n: usize) -> pb::AdmitRequest {
+        pb::AdmitRequest {
+            catalog: if n.is_multiple_of(2) {
+                "vibecode".into()
+            } else {
+                String::new()
+            },
+            dependency: "d".repeat(n % 4),
+            tenant: format!("tenant-{n}"),
+            method: if n.is_multiple_of(3) {
+                String::new()
+            } else {
+                "crm.deal.add".into()
+            },
+            operation: (n % 3) as i32,
+            attempt: n as u32,
+        }
+    }
+
+    #[test]
+    fn a_reused_admit_request_carries_nothing_of_the_earlier_one() {
+        for (earlier, n) in [(1, 0), (4, 3), (5, 6), (0, 7)] {
+            recycle_admit_request(decode_admit_request(admit(earlier).encode_to_vec().as_slice()).expect("decodes"));
+            let req = admit(n);
+            assert_eq!(
+                decode_admit_request(req.encode_to_vec().as_slice()).expect("decodes"),
+                req
+            );
+        }
+        let mut big = admit(1);
+        big.tenant = "t".repeat(1 << 20);
+        recycle_admit_request(big);
+        assert!(
+            (0..POOLED_UNARY * 2).all(|_| ADMITS.take().is_none_or(|r| r.tenant.capacity() < 1 << 20)),
+            "an oversize request is not kept"
+        );
+    }
+
     proptest! {
+        /// Any bytes: an Admit request is accepted exactly when prost accepts it.
+        #[test]
+        fn admit_decodes_as_prost_does(bytes in proptest::collection::vec(any::<u8>(), 0..120), earlier in 0usize..20) {
+            recycle_admit_request(admit(earlier));
+            let ours = decode_admit_request(bytes.as_slice());
+            let prost = pb::AdmitRequest::decode(bytes.as_slice());
+            prop_assert_eq!(ours.is_ok(), prost.is_ok());
+            if let (Ok(a), Ok(b)) = (ours, prost) {
+                prop_assert_eq!(a, b);
+            }
+        }
+
         /// Any bytes: accepted exactly when prost accepts them, and the same
         /// message, whatever the pool held before.
         #[test]
