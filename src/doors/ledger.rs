@@ -195,6 +195,31 @@ impl Ledger {
     }
 }
 
+/// Charges `n` bytes, checked by [`Ticket::check_bytes`] under the same lock.
+fn add_bytes(s: &mut State, peer: Option<SocketAddr>, queue: bool, n: usize) {
+    if let Some(peer) = peer {
+        s.connections.entry(peer).or_default().bytes += n;
+    }
+    s.bytes += n;
+    s.peak = s.peak.max(s.bytes);
+    if queue {
+        s.queued += n;
+    }
+}
+
+/// Takes a call slot, checked by [`Ticket::check_call`] under the same
+/// lock; whether it was also taken on a connection.
+fn add_call(s: &mut State, peer: Option<SocketAddr>) -> bool {
+    s.calls += 1;
+    match peer {
+        Some(peer) => {
+            s.connections.entry(peer).or_default().calls += 1;
+            true
+        }
+        None => false,
+    }
+}
+
 fn over(limit: usize, now: usize, more: usize) -> bool {
     limit > 0 && now.saturating_add(more) > limit
 }
@@ -214,26 +239,9 @@ pub struct Ticket {
 impl Ticket {
     /// Charges `n` more bytes, unless that goes over a limit.
     pub fn charge(&mut self, n: usize) -> Result<(), Refusal> {
-        let limits = self.ledger.limits;
         let mut s = self.ledger.lock();
-        if over(limits.bytes, s.bytes, n) {
-            return Err(Refusal::Bytes(limits.bytes));
-        }
-        if self.queue && over(limits.bytes / 2, s.queued, n) {
-            return Err(Refusal::QueuedBytes(limits.bytes / 2));
-        }
-        if let Some(peer) = self.peer {
-            let share = s.connections.entry(peer).or_default();
-            if over(limits.bytes_per_connection, share.bytes, n) {
-                return Err(Refusal::BytesPerConnection(limits.bytes_per_connection));
-            }
-            share.bytes += n;
-        }
-        s.bytes += n;
-        s.peak = s.peak.max(s.bytes);
-        if self.queue {
-            s.queued += n;
-        }
+        self.check_bytes(&mut s, n)?;
+        add_bytes(&mut s, self.peer, self.queue, n);
         self.bytes += n;
         Ok(())
     }
@@ -267,20 +275,9 @@ impl Ticket {
 
     /// Takes a call slot, unless none is free server-wide or on this connection.
     pub fn take_call(&mut self) -> Result<(), Refusal> {
-        let limits = self.ledger.limits;
         let mut s = self.ledger.lock();
-        if over(limits.calls, s.calls, 1) {
-            return Err(Refusal::Calls(limits.calls));
-        }
-        if let Some(peer) = self.peer {
-            let share = s.connections.entry(peer).or_default();
-            if over(limits.calls_per_connection, share.calls, 1) {
-                return Err(Refusal::CallsPerConnection(limits.calls_per_connection));
-            }
-            share.calls += 1;
-            self.connection_call = true;
-        }
-        s.calls += 1;
+        self.check_call(&mut s)?;
+        self.connection_call |= add_call(&mut s, self.peer);
         self.call = true;
         Ok(())
     }
@@ -289,8 +286,19 @@ impl Ticket {
     /// call's answer estimate and its slot): the same checks in the same
     /// order, and nothing held if either refuses.
     pub fn charge_and_take_call(&mut self, n: usize) -> Result<(), Refusal> {
-        let limits = self.ledger.limits;
         let mut s = self.ledger.lock();
+        self.check_bytes(&mut s, n)?;
+        self.check_call(&mut s)?;
+        add_bytes(&mut s, self.peer, self.queue, n);
+        self.bytes += n;
+        self.connection_call |= add_call(&mut s, self.peer);
+        self.call = true;
+        Ok(())
+    }
+
+    /// Refuses `n` more bytes that would go over a limit (nothing is charged).
+    fn check_bytes(&self, s: &mut State, n: usize) -> Result<(), Refusal> {
+        let limits = self.ledger.limits;
         if over(limits.bytes, s.bytes, n) {
             return Err(Refusal::Bytes(limits.bytes));
         }
@@ -303,6 +311,12 @@ impl Ticket {
                 return Err(Refusal::BytesPerConnection(limits.bytes_per_connection));
             }
         }
+        Ok(())
+    }
+
+    /// Refuses a call slot when none is free server-wide or on this connection.
+    fn check_call(&self, s: &mut State) -> Result<(), Refusal> {
+        let limits = self.ledger.limits;
         if over(limits.calls, s.calls, 1) {
             return Err(Refusal::Calls(limits.calls));
         }
@@ -311,18 +325,7 @@ impl Ticket {
             if over(limits.calls_per_connection, share.calls, 1) {
                 return Err(Refusal::CallsPerConnection(limits.calls_per_connection));
             }
-            share.bytes += n;
-            share.calls += 1;
-            self.connection_call = true;
         }
-        s.bytes += n;
-        s.peak = s.peak.max(s.bytes);
-        if self.queue {
-            s.queued += n;
-        }
-        s.calls += 1;
-        self.bytes += n;
-        self.call = true;
         Ok(())
     }
 
