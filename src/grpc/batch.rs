@@ -12,7 +12,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use prost::Message as _;
 use tonic::codegen::{Body, BoxFuture, StdError};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
@@ -49,10 +48,7 @@ impl RetryDecisionApi {
         now: UnixMillis,
         caller: Caller<'_>,
     ) -> Result<pb::ClassifyBatchResponse, Status> {
-        let encoded = self.classify_batch_encoded(req, now, caller, None)?;
-        let decoded = pb::ClassifyBatchResponse::decode(encoded.bytes());
-        encoded.recycle();
-        decoded.map_err(|e| Status::internal(format!("a batch answer did not decode: {e}")))
+        self.classify_batch_encoded(req, now, caller, None)?.into_message()
     }
 
     /// Decides a batch of `caller` as of `now` and writes its answer's

@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use prost::Message as _;
 use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
@@ -334,11 +333,7 @@ impl RetryDecisionService for RetryDecisionApi {
         request: Request<pb::ClassifyBatchRequest>,
     ) -> Result<Response<pb::ClassifyBatchResponse>, Status> {
         let encoded = self.classify_batch_call(request).await?.into_inner();
-        let decoded = pb::ClassifyBatchResponse::decode(encoded.bytes());
-        encoded.recycle();
-        decoded
-            .map(Response::new)
-            .map_err(|e| Status::internal(format!("a batch answer did not decode: {e}")))
+        encoded.into_message().map(Response::new)
     }
 }
 

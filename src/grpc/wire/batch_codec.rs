@@ -37,6 +37,15 @@ impl EncodedBatch {
     pub fn recycle(self) {
         pool::recycle_answer(self.0);
     }
+
+    /// The answer as the message (the library API and the generated trait's
+    /// method), the buffer given back to the pool.
+    pub fn into_message(self) -> Result<pb::ClassifyBatchResponse, Status> {
+        use prost::Message as _;
+        let decoded = pb::ClassifyBatchResponse::decode(self.bytes());
+        self.recycle();
+        decoded.map_err(|e| Status::internal(format!("a batch answer did not decode: {e}")))
+    }
 }
 
 /// ClassifyBatch's codec: pooled request decoding, encoded answers.
