@@ -214,8 +214,9 @@ class MirrorAgainstRetryd(unittest.TestCase):
             time.sleep(0.01)
         proc.kill()
         proc.wait(30)
+        # The state flips under the mirror's lock; its event is delivered just after, outside it.
         end = time.monotonic() + 3
-        while not c.stats().stale and time.monotonic() < end:
+        while not (c.stats().stale and "mirror_stale" in events) and time.monotonic() < end:
             time.sleep(0.01)
         self.assertTrue(c.stats().stale)
         self.assertIn("mirror_stale", events)
@@ -226,7 +227,7 @@ class MirrorAgainstRetryd(unittest.TestCase):
         proc = self.start(addr)
         self.addCleanup(lambda: (proc.kill(), proc.wait(30)))
         end = time.monotonic() + 8  # the backoff is capped at 5 s
-        while not c.stats().synced and time.monotonic() < end:
+        while not (c.stats().synced and events.count("mirror_synced") == 2) and time.monotonic() < end:
             time.sleep(0.02)
         self.assertTrue(c.stats().synced)
         self.assertFalse(c.stats().stale)
