@@ -245,6 +245,8 @@ async fn metrics_pass_promlint_rules_and_feed_the_dashboard() {
         ("process_open_fds", "gauge"),
         ("process_start_time_seconds", "gauge"),
         ("retryd_build_info", "gauge"),
+        ("retryd_pooled_values", "gauge"),
+        ("retryd_pooled_bytes", "gauge"),
         ("retryd_shutdown_abandoned_calls_total", "counter"),
     ] {
         let f = families.get(name).unwrap_or_else(|| panic!("{name} missing\n{page}"));

@@ -12,3 +12,22 @@ pub mod batch_codec;
 pub mod codec;
 pub mod pool;
 pub mod unary_pool;
+
+/// What one pool keeps now.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Kept {
+    /// Values kept for reuse.
+    pub values: usize,
+    /// Bytes they hold, their own size and their heap storage (strings,
+    /// buffers) together.
+    pub bytes: usize,
+}
+
+/// Every pool of this folder and what it keeps now, for the
+/// `retryd_pooled_*` gauges. Each pool is bounded by its own constants;
+/// this shows the bound holding.
+pub fn pooled() -> Vec<(&'static str, Kept)> {
+    let mut all = pool::kept().to_vec();
+    all.extend(unary_pool::kept());
+    all
+}

@@ -68,7 +68,15 @@ impl<T, const N: usize> Pool<T, N> {
     /// Values kept now.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.free.lock().map_or(0, |f| f.len())
+        self.kept(|_| 0).values
+    }
+
+    /// What the pool keeps now, `bytes` counting each value's heap.
+    pub(super) fn kept(&self, bytes: impl Fn(&T) -> usize) -> super::Kept {
+        self.free.lock().map_or(super::Kept::default(), |free| super::Kept {
+            values: free.len(),
+            bytes: free.iter().map(|v| std::mem::size_of::<T>() + bytes(v)).sum(),
+        })
     }
 }
 
@@ -192,6 +200,17 @@ pub fn recycle_request(req: pb::ClassifyBatchRequest) {
         }
     }
     REQUESTS.give(failures);
+}
+
+/// What the ClassifyBatch pools keep now: decoded requests, answer buffers.
+pub(super) fn kept() -> [(&'static str, super::Kept); 2] {
+    let failures = |v: &Vec<pb::Failure>| {
+        v.capacity() * std::mem::size_of::<pb::Failure>() + v.iter().map(string_bytes).sum::<usize>()
+    };
+    [
+        ("batch_requests", REQUESTS.kept(failures)),
+        ("batch_answers", ANSWERS.kept(Vec::capacity)),
+    ]
 }
 
 /// The buffer of an earlier answer, to write the next one's bytes into.
@@ -371,6 +390,31 @@ pub(super) mod tests {
         for bytes in ANSWERS.free.lock().expect("lock").iter() {
             assert!(bytes.is_empty() && bytes.capacity() <= 2 * POOLED_ANSWER_BYTES);
         }
+    }
+
+    #[test]
+    fn answer_buffers_past_the_bound_are_dropped_and_the_rest_cut_down() {
+        // Three times as many buffers as kept, each three times the size kept.
+        for _ in 0..POOLED * 3 {
+            recycle_answer(Vec::with_capacity(POOLED_ANSWER_BYTES * 3));
+        }
+        let kept = ANSWERS.kept(Vec::capacity);
+        assert!(kept.values <= POOLED, "{kept:?}");
+        // `shrink_to` may leave an allocator's rounding, never the 3 MiB.
+        assert!(kept.bytes <= POOLED * (2 * POOLED_ANSWER_BYTES + 64), "{kept:?}");
+        // What the metric reports is what the pool holds.
+        let reported = kept_bytes("batch_answers");
+        assert!(reported <= POOLED * (2 * POOLED_ANSWER_BYTES + 64), "{reported}");
+        let next = take_answer();
+        assert!(next.is_empty(), "a reused buffer starts empty");
+        recycle_answer(next);
+    }
+
+    fn kept_bytes(pool: &str) -> usize {
+        super::super::pooled()
+            .into_iter()
+            .find(|(n, _)| *n == pool)
+            .map_or(usize::MAX, |(_, k)| k.bytes)
     }
 
     proptest! {

@@ -73,10 +73,31 @@ pub fn decode_admit_request(buf: impl Buf) -> Result<pb::AdmitRequest, DecodeErr
 /// Gives a decided Admit request back for the next one to decode into,
 /// unless its strings hold more than a pooled failure may.
 pub fn recycle_admit_request(req: pb::AdmitRequest) {
-    let held = req.catalog.capacity() + req.dependency.capacity() + req.tenant.capacity() + req.method.capacity();
-    if held <= POOLED_FAILURE_BYTES {
+    if admit_bytes(&req) <= POOLED_FAILURE_BYTES {
         ADMITS.give(req);
     }
+}
+
+/// What the Classify and Admit pools keep now.
+pub(super) fn kept() -> [(&'static str, super::Kept); 3] {
+    [
+        // Boxed: the box's own size is a pointer, its failure is heap.
+        (
+            "classify_failures",
+            FAILURES.kept(|f| size_of::<pb::Failure>() + super::pool::string_bytes(f)),
+        ),
+        // A decision's strings are counted by their encoded length (their capacity is about that).
+        (
+            "classify_decisions",
+            DECISIONS.kept(|d| size_of::<pb::Decision>() + d.encoded_len()),
+        ),
+        ("admit_requests", ADMITS.kept(admit_bytes)),
+    ]
+}
+
+/// Bytes held by an Admit request's strings.
+fn admit_bytes(r: &pb::AdmitRequest) -> usize {
+    r.catalog.capacity() + r.dependency.capacity() + r.tenant.capacity() + r.method.capacity()
 }
 
 /// A decision to write an answer over (every field is overwritten).
@@ -163,6 +184,32 @@ mod tests {
         }
         assert!(DECISIONS.len() <= POOLED_UNARY);
         assert!(FAILURES.len() <= POOLED_UNARY);
+        // Past the bound, with the largest failure a pool keeps and a larger one: the gauge shows the bound.
+        for n in 0..POOLED_UNARY * 3 {
+            let mut r = request(1, "k");
+            if let Some(f) = r.failure.as_mut() {
+                f.method = "m".repeat(if n % 2 == 0 { POOLED_FAILURE_BYTES / 2 } else { 1 << 16 });
+            }
+            recycle_request(r);
+            let mut a = admit(n);
+            a.tenant = "t".repeat(if n % 2 == 0 { POOLED_FAILURE_BYTES / 2 } else { 1 << 16 });
+            recycle_admit_request(a);
+        }
+        let kept = super::super::pooled();
+        for (pool, most) in [
+            ("classify_failures", size_of::<pb::Failure>() + POOLED_FAILURE_BYTES),
+            ("admit_requests", size_of::<pb::AdmitRequest>() + POOLED_FAILURE_BYTES),
+        ] {
+            let k = kept
+                .iter()
+                .find(|(n, _)| *n == pool)
+                .map(|(_, k)| *k)
+                .expect("pool reported");
+            assert!(
+                k.values <= POOLED_UNARY && k.bytes <= POOLED_UNARY * most,
+                "{pool}: {k:?}"
+            );
+        }
         let mut big = request(1, "k");
         if let Some(f) = big.failure.as_mut() {
             f.method = "m".repeat(1 << 20);

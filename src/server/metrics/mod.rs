@@ -10,7 +10,8 @@
 //! - `grpc_server_msg_received_total` / `grpc_server_msg_sent_total`
 //!   `{grpc_type,grpc_service,grpc_method}`: messages, counted on the wire;
 //! - `retryd_build_info{version,revision}`, `retryd_shutdown_abandoned_calls_total`;
-//! - `process_*` (see [`process`]), rendered at each scrape;
+//! - `process_*` (see [`process`]) and `retryd_pooled_*` (see [`pools`]),
+//!   rendered at each scrape;
 //! - `retryd_decisions_total{catalog,verdict}`, `retryd_unknown_codes_total{catalog}`
 //!   and `retryd_batch_items`
 //!   (recorded by the service, see [`crate::service::classify`]);
@@ -20,6 +21,7 @@
 //! Labels never carry client-chosen strings: a path that is not one of the
 //! served methods is counted as `unknown`/`unknown`.
 
+pub mod pools;
 pub mod process;
 
 use std::convert::Infallible;
@@ -292,6 +294,7 @@ fn respond(handle: &PrometheusHandle, method: &http::Method, path: &str) -> http
             (http::StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", {
                 let mut page = handle.render();
                 process::render(&mut page);
+                pools::render(&mut page);
                 page
             })
         }
