@@ -35,41 +35,55 @@ pub const STALLED_TOTAL: &str = "retryd_answers_stalled_total";
 /// One frame of a service's answer body.
 pub type Item = Result<Frame<Bytes>, tonic::Status>;
 
-/// Frames taken from a service's body, in order: the first two held inline,
-/// so a unary answer (its data, then its trailers) is queued without an
-/// allocation; any more in a queue behind them.
+/// Frames taken from a service's body, in order: a unary answer (its data,
+/// then its trailers) is held inline in slots of its own, queued without an
+/// allocation and without room for a status; anything else in a queue.
 #[derive(Debug, Default)]
 pub struct Frames {
-    // Invariant: `first` is empty only if all are, `second` only if `more` is.
-    first: Option<Item>,
-    second: Option<Item>,
+    // Popped in this order. Invariant: `data` is filled only when all are
+    // empty, `trailers` only when `more` is, so every frame in `more` came
+    // after those in the slots.
+    data: Option<Bytes>,
+    trailers: Option<http::HeaderMap>,
     more: VecDeque<Item>,
 }
 
 impl Frames {
     /// Adds `item` behind the others.
     pub fn push_back(&mut self, item: Item) {
-        if self.first.is_none() {
-            self.first = Some(item);
-        } else if self.second.is_none() {
-            self.second = Some(item);
-        } else {
-            self.more.push_back(item);
-        }
+        let item = match item {
+            Ok(frame) if self.more.is_empty() && self.trailers.is_none() => match frame.into_data() {
+                Ok(data) if self.data.is_none() => {
+                    self.data = Some(data);
+                    return;
+                }
+                Ok(data) => Ok(Frame::data(data)),
+                Err(frame) => match frame.into_trailers() {
+                    Ok(trailers) => {
+                        self.trailers = Some(trailers);
+                        return;
+                    }
+                    Err(frame) => Ok(frame),
+                },
+            },
+            item => item,
+        };
+        self.more.push_back(item);
     }
 
     fn pop_front(&mut self) -> Option<Item> {
-        let item = self.first.take()?;
-        self.first = self.second.take();
-        if self.first.is_some() {
-            self.second = self.more.pop_front();
+        if let Some(data) = self.data.take() {
+            return Some(Ok(Frame::data(data)));
         }
-        Some(item)
+        if let Some(trailers) = self.trailers.take() {
+            return Some(Ok(Frame::trailers(trailers)));
+        }
+        self.more.pop_front()
     }
 
     /// No frame is queued.
     pub fn is_empty(&self) -> bool {
-        self.first.is_none()
+        self.data.is_none() && self.trailers.is_none() && self.more.is_empty()
     }
 
     fn clear(&mut self) {
@@ -296,33 +310,68 @@ mod tests {
         Answer::new(frames, None, ticket, stalls)
     }
 
+    /// A frame numbered `n`, of each kind a body yields: data, trailers, an error.
+    fn numbered(n: u8) -> Item {
+        match n % 3 {
+            0 => Ok(Frame::data(Bytes::from(vec![n]))),
+            1 => {
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("n", http::HeaderValue::from(u16::from(n)));
+                Ok(Frame::trailers(trailers))
+            }
+            _ => Err(tonic::Status::internal(n.to_string())),
+        }
+    }
+
+    fn number(item: Option<Item>) -> Option<u8> {
+        match item? {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => Some(data[0]),
+                Err(frame) => frame.into_trailers().ok()?["n"].to_str().ok()?.parse().ok(),
+            },
+            Err(status) => status.message().parse().ok(),
+        }
+    }
+
     #[test]
     fn frames_come_out_in_the_order_they_went_in() {
-        let item = |n: u8| Ok(Frame::data(Bytes::from(vec![n])));
-        let first = |f: Option<Item>| f.and_then(|i| i.ok()).and_then(|f| f.into_data().ok()).map(|d| d[0]);
-        let mut frames = Frames::default();
-        let mut expected = VecDeque::new();
-        // Pushes and pops interleaved, the queue crossing its inline slots both ways.
-        for (step, push) in [
-            true, true, true, true, false, true, false, false, true, false, false, false, false,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let n = u8::try_from(step).unwrap();
-            if push {
-                frames.push_back(item(n));
-                expected.push_back(n);
-            } else {
-                assert_eq!(first(frames.pop_front()), expected.pop_front());
+        // Pushes and pops interleaved, every kind of frame crossing the inline
+        // slots and the queue both ways (the steps' kinds cycle over 3, the
+        // patterns' lengths are not multiples of it).
+        for pattern in [
+            &[
+                true, true, true, true, false, true, false, false, true, false, false, false, false,
+            ][..],
+            &[true, false, true, true, false, false],
+            &[
+                true, true, false, true, false, false, true, true, true, false, false, false, false,
+            ],
+            &[true, false, true, false, true, false, true, false],
+        ] {
+            for skip in 0..3u8 {
+                let mut frames = Frames::default();
+                let mut expected = VecDeque::new();
+                for (step, &push) in pattern.iter().enumerate() {
+                    let n = u8::try_from(step).unwrap() + skip;
+                    if push {
+                        frames.push_back(numbered(n));
+                        expected.push_back(n);
+                    } else {
+                        assert_eq!(number(frames.pop_front()), expected.pop_front(), "{pattern:?} {skip}");
+                    }
+                    assert_eq!(frames.is_empty(), expected.is_empty());
+                }
+                while let Some(n) = expected.pop_front() {
+                    assert_eq!(number(frames.pop_front()), Some(n), "{pattern:?} {skip}");
+                }
+                assert!(frames.pop_front().is_none());
             }
-            assert_eq!(frames.is_empty(), expected.is_empty());
         }
-        let from: Frames = VecDeque::from([item(1), item(2), item(3)]).into();
+        let from: Frames = VecDeque::from([numbered(3), numbered(1), numbered(6)]).into();
         let mut from = from;
         assert_eq!(
-            [from.pop_front(), from.pop_front(), from.pop_front(), from.pop_front()].map(first),
-            [Some(1), Some(2), Some(3), None]
+            [from.pop_front(), from.pop_front(), from.pop_front(), from.pop_front()].map(number),
+            [Some(3), Some(1), Some(6), None]
         );
     }
 

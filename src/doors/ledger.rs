@@ -112,16 +112,31 @@ struct Share {
     bytes: usize,
 }
 
+/// What all connections hold.
 #[derive(Debug, Default)]
-struct State {
+struct Totals {
     calls: usize,
     bytes: usize,
     /// Of `bytes`, what watch streams' queued events hold.
     queued: usize,
     /// Most `bytes` held at once since the start.
     peak: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    all: Totals,
     /// Seeded per process (foldhash), so peers cannot aim for collisions.
     connections: HashMap<SocketAddr, Share, foldhash::fast::RandomState>,
+}
+
+impl State {
+    /// The totals and the share of `peer`'s connection (none for an unknown
+    /// peer), the share looked up once for a whole check-then-charge.
+    fn split(&mut self, peer: Option<SocketAddr>) -> (&mut Totals, Option<&mut Share>) {
+        let share = peer.map(|p| self.connections.entry(p).or_default());
+        (&mut self.all, share)
+    }
 }
 
 /// The server-wide account of call slots and buffered bytes.
@@ -166,7 +181,7 @@ impl Ledger {
     /// held at once since the start.
     pub fn queued_and_peak(&self) -> (usize, usize) {
         let s = self.lock();
-        (s.queued, s.peak)
+        (s.all.queued, s.all.peak)
     }
 
     /// Sets the ledger's gauges (called periodically: a gauge set on every
@@ -174,7 +189,7 @@ impl Ledger {
     pub fn publish(&self) {
         let (calls, bytes, queued, peak) = {
             let s = self.lock();
-            (s.calls, s.bytes, s.queued, s.peak)
+            (s.all.calls, s.all.bytes, s.all.queued, s.all.peak)
         };
         metrics::gauge!(CALLS_HELD).set(calls as f64);
         metrics::gauge!(BYTES_HELD).set(bytes as f64);
@@ -185,7 +200,7 @@ impl Ledger {
     /// Calls and bytes held now, all connections.
     pub fn held(&self) -> (usize, usize) {
         let s = self.lock();
-        (s.calls, s.bytes)
+        (s.all.calls, s.all.bytes)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -196,24 +211,24 @@ impl Ledger {
 }
 
 /// Charges `n` bytes, checked by [`Ticket::check_bytes`] under the same lock.
-fn add_bytes(s: &mut State, peer: Option<SocketAddr>, queue: bool, n: usize) {
-    if let Some(peer) = peer {
-        s.connections.entry(peer).or_default().bytes += n;
+fn add_bytes(all: &mut Totals, share: Option<&mut Share>, queue: bool, n: usize) {
+    if let Some(share) = share {
+        share.bytes += n;
     }
-    s.bytes += n;
-    s.peak = s.peak.max(s.bytes);
+    all.bytes += n;
+    all.peak = all.peak.max(all.bytes);
     if queue {
-        s.queued += n;
+        all.queued += n;
     }
 }
 
 /// Takes a call slot, checked by [`Ticket::check_call`] under the same
 /// lock; whether it was also taken on a connection.
-fn add_call(s: &mut State, peer: Option<SocketAddr>) -> bool {
-    s.calls += 1;
-    match peer {
-        Some(peer) => {
-            s.connections.entry(peer).or_default().calls += 1;
+fn add_call(all: &mut Totals, share: Option<&mut Share>) -> bool {
+    all.calls += 1;
+    match share {
+        Some(share) => {
+            share.calls += 1;
             true
         }
         None => false,
@@ -240,8 +255,9 @@ impl Ticket {
     /// Charges `n` more bytes, unless that goes over a limit.
     pub fn charge(&mut self, n: usize) -> Result<(), Refusal> {
         let mut s = self.ledger.lock();
-        self.check_bytes(&mut s, n)?;
-        add_bytes(&mut s, self.peer, self.queue, n);
+        let (all, share) = s.split(self.peer);
+        self.check_bytes(all, share.as_deref(), n)?;
+        add_bytes(all, share, self.queue, n);
         self.bytes += n;
         Ok(())
     }
@@ -256,13 +272,13 @@ impl Ticket {
     /// over the limits, which then refuse the next calls).
     pub fn set_bytes(&mut self, n: usize) {
         let mut s = self.ledger.lock();
-        s.bytes = s.bytes.saturating_sub(self.bytes) + n;
-        s.peak = s.peak.max(s.bytes);
+        let (all, share) = s.split(self.peer);
+        all.bytes = all.bytes.saturating_sub(self.bytes) + n;
+        all.peak = all.peak.max(all.bytes);
         if self.queue {
-            s.queued = s.queued.saturating_sub(self.bytes) + n;
+            all.queued = all.queued.saturating_sub(self.bytes) + n;
         }
-        if let Some(peer) = self.peer {
-            let share = s.connections.entry(peer).or_default();
+        if let Some(share) = share {
             share.bytes = share.bytes.saturating_sub(self.bytes) + n;
         }
         self.bytes = n;
@@ -276,8 +292,9 @@ impl Ticket {
     /// Takes a call slot, unless none is free server-wide or on this connection.
     pub fn take_call(&mut self) -> Result<(), Refusal> {
         let mut s = self.ledger.lock();
-        self.check_call(&mut s)?;
-        self.connection_call |= add_call(&mut s, self.peer);
+        let (all, share) = s.split(self.peer);
+        self.check_call(all, share.as_deref())?;
+        self.connection_call |= add_call(all, share);
         self.call = true;
         Ok(())
     }
@@ -287,26 +304,26 @@ impl Ticket {
     /// order, and nothing held if either refuses.
     pub fn charge_and_take_call(&mut self, n: usize) -> Result<(), Refusal> {
         let mut s = self.ledger.lock();
-        self.check_bytes(&mut s, n)?;
-        self.check_call(&mut s)?;
-        add_bytes(&mut s, self.peer, self.queue, n);
+        let (all, mut share) = s.split(self.peer);
+        self.check_bytes(all, share.as_deref(), n)?;
+        self.check_call(all, share.as_deref())?;
+        add_bytes(all, share.as_deref_mut(), self.queue, n);
         self.bytes += n;
-        self.connection_call |= add_call(&mut s, self.peer);
+        self.connection_call |= add_call(all, share);
         self.call = true;
         Ok(())
     }
 
     /// Refuses `n` more bytes that would go over a limit (nothing is charged).
-    fn check_bytes(&self, s: &mut State, n: usize) -> Result<(), Refusal> {
+    fn check_bytes(&self, all: &Totals, share: Option<&Share>, n: usize) -> Result<(), Refusal> {
         let limits = self.ledger.limits;
-        if over(limits.bytes, s.bytes, n) {
+        if over(limits.bytes, all.bytes, n) {
             return Err(Refusal::Bytes(limits.bytes));
         }
-        if self.queue && over(limits.bytes / 2, s.queued, n) {
+        if self.queue && over(limits.bytes / 2, all.queued, n) {
             return Err(Refusal::QueuedBytes(limits.bytes / 2));
         }
-        if let Some(peer) = self.peer {
-            let share = s.connections.entry(peer).or_default();
+        if let Some(share) = share {
             if over(limits.bytes_per_connection, share.bytes, n) {
                 return Err(Refusal::BytesPerConnection(limits.bytes_per_connection));
             }
@@ -315,13 +332,12 @@ impl Ticket {
     }
 
     /// Refuses a call slot when none is free server-wide or on this connection.
-    fn check_call(&self, s: &mut State) -> Result<(), Refusal> {
+    fn check_call(&self, all: &Totals, share: Option<&Share>) -> Result<(), Refusal> {
         let limits = self.ledger.limits;
-        if over(limits.calls, s.calls, 1) {
+        if over(limits.calls, all.calls, 1) {
             return Err(Refusal::Calls(limits.calls));
         }
-        if let Some(peer) = self.peer {
-            let share = s.connections.entry(peer).or_default();
+        if let Some(share) = share {
             if over(limits.calls_per_connection, share.calls, 1) {
                 return Err(Refusal::CallsPerConnection(limits.calls_per_connection));
             }
@@ -335,7 +351,7 @@ impl Ticket {
     pub fn release_call(&mut self) {
         let mut s = self.ledger.lock();
         if std::mem::take(&mut self.call) {
-            s.calls = s.calls.saturating_sub(1);
+            s.all.calls = s.all.calls.saturating_sub(1);
         }
         if std::mem::take(&mut self.connection_call) {
             if let Some(share) = self.peer.and_then(|p| s.connections.get_mut(&p)) {
@@ -351,7 +367,7 @@ impl Ticket {
         let n = bytes.min(self.bytes);
         self.set_bytes(n);
         if std::mem::take(&mut self.call) {
-            self.ledger.lock().calls -= 1;
+            self.ledger.lock().all.calls -= 1;
         }
     }
 }
@@ -369,12 +385,12 @@ impl Drop for Ticket {
             return;
         }
         let mut s = self.ledger.lock();
-        s.bytes = s.bytes.saturating_sub(self.bytes);
+        s.all.bytes = s.all.bytes.saturating_sub(self.bytes);
         if self.queue {
-            s.queued = s.queued.saturating_sub(self.bytes);
+            s.all.queued = s.all.queued.saturating_sub(self.bytes);
         }
         if self.call {
-            s.calls = s.calls.saturating_sub(1);
+            s.all.calls = s.all.calls.saturating_sub(1);
         }
         if let Some(share) = self.peer.and_then(|p| s.connections.get_mut(&p)) {
             share.bytes = share.bytes.saturating_sub(self.bytes);
