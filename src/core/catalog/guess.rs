@@ -46,13 +46,14 @@ impl Catalog {
 
 /// The optimal-string-alignment distance of `a` and `b` (ASCII case
 /// ignored) if it is at most `limit`, else `None`; three rows on the stack.
+/// Also the compiler's "did you mean" for unknown catalog keys.
 ///
 /// Only the band of cells within `limit` of the diagonal is computed (a
 /// cell off it is over `limit` whatever the strings), in bytes, the rows
 /// rotated rather than copied: the full table in `usize`s, zeroed and
 /// copied row by row, was 7 % of a ClassifyBatch of the load mix, where
 /// one failure in fourteen has an unknown code (callgrind).
-fn edits_within(a: &[u8], b: &[u8], limit: usize) -> Option<usize> {
+pub(in crate::core::catalog) fn edits_within(a: &[u8], b: &[u8], limit: usize) -> Option<usize> {
     if b.len() > MAX_LEN || a.len().abs_diff(b.len()) > limit || limit >= usize::from(u8::MAX) {
         return None;
     }
