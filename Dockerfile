@@ -22,7 +22,7 @@
 #
 # BINARY=prebuilt takes the file `retryd` at the root of the build context
 # instead of compiling (scripts/image-check.sh builds with a context holding
-# only CI's release binary, built once per CI run).
+# only the binary CI's cargo test built).
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_IMAGE=debian:bookworm-slim
@@ -48,8 +48,8 @@ COPY . .
 RUN RETRYD_REVISION=${RETRYD_REVISION} cargo build --profile dist --locked --bin retryd \
  && install -D -m 0755 target/dist/retryd /out/retryd
 
-# A binary built outside (BINARY=prebuilt): CI's `release` build (no LTO;
-# the image check tests the image's assembly, not the optimiser).
+# A binary built outside (BINARY=prebuilt): CI's debug build (the image
+# check tests the image's assembly, not the optimiser).
 FROM ${DEBIAN_IMAGE} AS prebuilt
 COPY retryd /out/retryd
 

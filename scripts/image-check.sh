@@ -7,7 +7,8 @@
 #      machine cannot reach; it is imported into a private buildah store
 #      under that very name, so the Dockerfile is built unchanged;
 #   2. buildah bud --format docker --build-arg BINARY=prebuilt, with a
-#      context holding only the release binary given (CI's, built once);
+#      context holding only the binary given (CI's debug one, built once by
+#      cargo test: what is checked is the image, not the build profile);
 #   3. checks the image config: user 10001, STOPSIGNAL SIGTERM, the
 #      HEALTHCHECK (kept by --format docker), the OCI labels; and that the
 #      root filesystem has no shell;
@@ -17,7 +18,7 @@
 #      SIGTERM, checks the health command now fails (NOT_SERVING during the
 #      shutdown delay) and the exit status is 0.
 #
-#   scripts/image-check.sh [path/to/release/retryd]
+#   scripts/image-check.sh [path/to/retryd]      (default target/release/retryd)
 #
 # Root only (debootstrap, chroot, namespaces). Everything lives in a
 # temporary directory removed at the end (~800 MB while it runs: vfs layers).
