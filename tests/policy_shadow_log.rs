@@ -264,7 +264,13 @@ async fn the_shadow_policy_is_hot_reloaded() {
         locale: String::new(),
     };
     client.classify(request.clone()).await.expect("classify");
-    std::fs::write(dir.join("vibecode.toml"), flipped_vibecode()).unwrap();
+    // Written aside and renamed into place: a reload woken by the write's
+    // first event could read the file half-written, and a catalog cut off
+    // before BITRIX_TIMEOUT's rule still loads (the code is then unknown,
+    // and its guessed verdict agrees with the live one: CI saw 0
+    // disagreements). A rename is what a ConfigMap update does too.
+    std::fs::write(dir.join("vibecode.toml.next"), flipped_vibecode()).unwrap();
+    std::fs::rename(dir.join("vibecode.toml.next"), dir.join("vibecode.toml")).unwrap();
     server.until_logged(&["shadow policy reload: applied"]).await;
     client.classify(request).await.expect("classify");
     let scrape = eventually(Duration::from_secs(10), "both decisions compared", || async {
