@@ -102,6 +102,7 @@ fn place(r: &Replica, plan: &HoldPlan<'_>) -> Hold {
         .covering(plan.catalog, plan.dependency, key.tenant(), key.method(), now)
         .into_iter()
         .find(|h| h.key == key && h.kind == plan.kind)
+        .map(Arc::unwrap_or_clone)
         .unwrap_or_else(|| panic!("not placed: {outcome:?}"))
 }
 
@@ -109,6 +110,9 @@ fn holds_for(r: &Replica, tenant: &str) -> Vec<Hold> {
     r.fleet
         .mirror()
         .covering("frontspin", "portal-1", tenant, "", UnixMillis::now())
+        .into_iter()
+        .map(Arc::unwrap_or_clone)
+        .collect()
 }
 
 fn pttl(redis: &RedisServer, key: &str) -> i64 {

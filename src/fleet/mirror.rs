@@ -419,9 +419,16 @@ impl Mirror {
 
     /// The active holds covering a call to `method` of `dependency` for
     /// `tenant` under `catalog`: its tenant, dependency and method holds.
-    pub fn covering(&self, catalog: &str, dependency: &str, tenant: &str, method: &str, now: UnixMillis) -> Vec<Hold> {
+    pub fn covering(
+        &self,
+        catalog: &str,
+        dependency: &str,
+        tenant: &str,
+        method: &str,
+        now: UnixMillis,
+    ) -> Vec<Arc<Hold>> {
         let mut out = Vec::new();
-        self.each_covering(catalog, dependency, tenant, method, now, |h| out.push(Hold::clone(h)));
+        self.each_covering(catalog, dependency, tenant, method, now, |h| out.push(Arc::clone(h)));
         out
     }
 

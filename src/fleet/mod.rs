@@ -90,8 +90,8 @@ pub enum PlaceOutcome {
 pub struct AdmitOutcome {
     /// The call may go ahead.
     pub admitted: bool,
-    /// The covering hold that ends last.
-    pub hold: Option<Hold>,
+    /// The covering hold that ends last (shared with the mirror).
+    pub hold: Option<Arc<Hold>>,
     /// When refused: when to ask again.
     pub retry_at: Option<UnixMillis>,
     /// When admitted as a circuit's probe: its token.
@@ -342,18 +342,43 @@ impl Fleet {
         method: &str,
         now: UnixMillis,
     ) -> AdmitOutcome {
-        let covering = self.mirror.covering(catalog, dependency, tenant, method, now);
-        if covering.is_empty() {
-            admit_counter(0).increment(1);
-            return AdmitOutcome {
-                admitted: true,
-                hold: None,
-                retry_at: None,
-                probe_token: None,
-            };
+        match self.admit_unheld(catalog, dependency, tenant, method, now) {
+            Ok(admitted) => admitted,
+            // Boxed: the future of a call under no hold (nearly every call)
+            // stays a few words, not the size of the probe-taking one.
+            Err(covering) => Box::pin(self.admit_covered(covering, now)).await,
         }
-        let refs: Vec<&Hold> = covering.iter().collect();
-        let last = hold::ending_last(refs.iter().copied(), now).cloned();
+    }
+
+    /// Admit's answer when no hold covers the call (admitted, counted), or
+    /// the holds that do, for [`Self::admit_covered`].
+    fn admit_unheld(
+        &self,
+        catalog: &str,
+        dependency: &str,
+        tenant: &str,
+        method: &str,
+        now: UnixMillis,
+    ) -> Result<AdmitOutcome, Vec<Arc<Hold>>> {
+        let covering = self.mirror.covering(catalog, dependency, tenant, method, now);
+        if !covering.is_empty() {
+            return Err(covering);
+        }
+        admit_counter(0).increment(1);
+        Ok(AdmitOutcome {
+            admitted: true,
+            hold: None,
+            retry_at: None,
+            probe_token: None,
+        })
+    }
+
+    /// Admit under the holds `covering` a call: refused, or admitted as a
+    /// probe when one is due and this replica takes its slot.
+    async fn admit_covered(&self, covering: Vec<Arc<Hold>>, now: UnixMillis) -> AdmitOutcome {
+        let refs: Vec<&Hold> = covering.iter().map(|h| &**h).collect();
+        let last = hold::ending_last(refs.iter().copied(), now)
+            .and_then(|l| covering.iter().find(|h| std::ptr::eq(Arc::as_ptr(h), l)).cloned());
         // Refused callers in a probe phase poll at 1 s ± 20 %, so they do not return as one.
         let poll = (hold::PROBE_POLL_MS as f64 * rand::random_range(0.8..1.2)) as u64;
         let admission = hold::admit(&refs, now, poll, |i, n| self.mirror.probe_taken(&refs[i].id, n));

@@ -3,17 +3,11 @@
 //! ([`wire::answer`](super::wire::answer)), never built as `pb` messages.
 //!
 //! The generated server's method can only answer a `ClassifyBatchResponse`
-//! message, so [`BatchFirst`] serves the method's path itself, with a
-//! codec whose answers are bytes ([`BatchCodec`]), and hands every other
-//! path to the generated server. The library call [`RetryDecisionApi::classify_batch_at`]
-//! decodes the same bytes into the message.
+//! message, so [`super::first::BytesFirst`] serves the method's path itself,
+//! with a codec whose answers are bytes. The library call
+//! [`RetryDecisionApi::classify_batch_at`] decodes the same bytes into the
+//! message.
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use tonic::codegen::{Body, BoxFuture, StdError};
-use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use super::convert::{failure_from_proto, failure_notes, violation_status};
@@ -21,14 +15,11 @@ use super::pb;
 use super::service::RetryDecisionApi;
 use super::trace::BatchTrace;
 use super::wire::answer::AnswerWriter;
-use super::wire::batch_codec::{BatchCodec, EncodedBatch};
+use super::wire::batch_codec::EncodedBatch;
 use super::wire::pool;
 use crate::core::{UnixMillis, Verdict};
 use crate::service::Caller;
 use crate::service::classify::{BLOCKING_BATCH, BatchSummary};
-
-/// The path [`BatchFirst`] serves.
-pub const CLASSIFY_BATCH_PATH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";
 
 impl RetryDecisionApi {
     /// Decides a batch as of `now` (the synchronous body of ClassifyBatch),
@@ -156,77 +147,5 @@ fn summary_to_proto(s: &BatchSummary) -> pb::BatchSummary {
         do_not_retry: s.count(Verdict::DoNotRetry),
         already_applied: s.count(Verdict::AlreadyApplied),
         errors: s.errors,
-    }
-}
-
-/// The generated server `S`, with ClassifyBatch served ahead of it by
-/// [`RetryDecisionApi::classify_batch_call`] and [`BatchCodec`]: the same
-/// request decoding and size limit, an answer that is bytes.
-#[derive(Debug, Clone)]
-pub struct BatchFirst<S> {
-    inner: S,
-    api: Arc<RetryDecisionApi>,
-    max_decoding_message_size: usize,
-}
-
-impl<S> BatchFirst<S> {
-    /// `inner` with `api` answering ClassifyBatch; requests over
-    /// `max_decoding_message_size` bytes are refused as the generated
-    /// server refuses them.
-    pub fn new(inner: S, api: Arc<RetryDecisionApi>, max_decoding_message_size: usize) -> Self {
-        BatchFirst {
-            inner,
-            api,
-            max_decoding_message_size,
-        }
-    }
-}
-
-impl<S: NamedService> NamedService for BatchFirst<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S, B> tower::Service<http::Request<B>> for BatchFirst<S>
-where
-    S: tower::Service<
-            http::Request<B>,
-            Response = http::Response<tonic::body::Body>,
-            Error = Infallible,
-            Future = BoxFuture<http::Response<tonic::body::Body>, Infallible>,
-        >,
-    B: Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Infallible>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if req.uri().path() != CLASSIFY_BATCH_PATH {
-            return self.inner.call(req);
-        }
-        let method = ClassifyBatchMethod(Arc::clone(&self.api));
-        let limit = self.max_decoding_message_size;
-        Box::pin(async move {
-            let mut grpc = Grpc::new(BatchCodec).apply_max_message_size_config(Some(limit), None);
-            Ok(grpc.unary(method, req).await)
-        })
-    }
-}
-
-/// ClassifyBatch as tonic's unary service.
-struct ClassifyBatchMethod(Arc<RetryDecisionApi>);
-
-impl UnaryService<pb::ClassifyBatchRequest> for ClassifyBatchMethod {
-    type Response = EncodedBatch;
-    type Future = BoxFuture<Response<EncodedBatch>, Status>;
-
-    fn call(&mut self, request: Request<pb::ClassifyBatchRequest>) -> Self::Future {
-        let api = Arc::clone(&self.0);
-        Box::pin(async move { api.classify_batch_call(request).await })
     }
 }

@@ -3,8 +3,9 @@
 //! implementation. Thin by design: every operation is the service's
 //! ([`crate::service`]); this folder maps wire to domain and back.
 //!
-//! - [`service`]: the RPC methods; [`batch`]: ClassifyBatch, answered as
-//!   bytes by a route served ahead of the generated server ([`server`]);
+//! - [`service`]: the RPC methods; [`classify`] and [`batch`]: Classify and
+//!   ClassifyBatch, answered as bytes by routes served ahead of the
+//!   generated server ([`first`], [`server`]);
 //!   [`convert`]: proto ⇄ domain;
 //!   [`catalogs`]: ListCatalogs' messages; [`trace`]: span attributes;
 //! - [`wire`]: the hand-written codec and pools of the hot path (the one
@@ -12,7 +13,9 @@
 
 pub mod batch;
 pub mod catalogs;
+pub mod classify;
 pub mod convert;
+pub mod first;
 pub mod service;
 pub mod trace;
 pub mod watch;
@@ -21,17 +24,17 @@ pub mod wire;
 pub use service::RetryDecisionApi;
 
 /// The gRPC service of `api` as the server mounts it: the generated server
-/// with ClassifyBatch served ahead of it ([`batch::BatchFirst`]); requests
+/// with Classify and ClassifyBatch served ahead of it ([`first::BytesFirst`]); requests
 /// over `max_decoding_message_size` bytes are refused.
 pub fn server(
     api: RetryDecisionApi,
     max_decoding_message_size: usize,
-) -> batch::BatchFirst<pb::retry_decision_service_server::RetryDecisionServiceServer<RetryDecisionApi>> {
+) -> first::BytesFirst<pb::retry_decision_service_server::RetryDecisionServiceServer<RetryDecisionApi>> {
     let api = std::sync::Arc::new(api);
     let generated =
         pb::retry_decision_service_server::RetryDecisionServiceServer::from_arc(std::sync::Arc::clone(&api))
             .max_decoding_message_size(max_decoding_message_size);
-    batch::BatchFirst::new(generated, api, max_decoding_message_size)
+    first::BytesFirst::new(generated, api, max_decoding_message_size)
 }
 
 /// Code generated from `proto/retryd/v1/retryd.proto` (messages, client, server).

@@ -18,7 +18,7 @@ use super::convert::{
 };
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
-use super::trace::{trace_admit, trace_decision};
+use super::trace::trace_admit;
 use super::wire::unary_pool;
 use crate::core::UnixMillis;
 use crate::doors::peers::Operators;
@@ -159,7 +159,7 @@ impl RetryDecisionService for RetryDecisionApi {
             .map_err(status_of)
             .map(|(out, hold)| pb::AdmitResponse {
                 admitted: out.admitted,
-                hold: hold.as_ref().map(shown_to_proto),
+                hold: hold.as_ref().map(|h| Box::new(shown_to_proto(h))),
                 retry_at: out.retry_at.map(timestamp_from_millis),
                 probe_token: out.probe_token.unwrap_or_default(),
             });
@@ -300,33 +300,14 @@ impl RetryDecisionService for RetryDecisionApi {
         Ok(response)
     }
 
+    /// Served by [`super::first::BytesFirst`] ahead of this method; here
+    /// for a server built without it, the same answer decoded.
     async fn classify(&self, request: Request<pb::ClassifyRequest>) -> Result<Response<pb::ClassifyResponse>, Status> {
-        let mut span = crate::doors::traces::start("Classify", request.metadata());
-        let now = UnixMillis::now();
-        let extensions = request.extensions();
-        let metadata = request.metadata().as_ref();
-        let caller_name = || self.operators.caller_of(metadata, extensions);
-        let caller = if self.service.has_fleet() {
-            Caller::Lazy(&caller_name)
-        } else {
-            Caller::Named("local")
-        };
-        let result = self.classify_for(request.get_ref(), now, caller);
-        unary_pool::recycle_request(request.into_inner());
-        if let Some(span) = span.as_mut() {
-            match &result {
-                Ok(r) => {
-                    if let Some(d) = &r.decision {
-                        trace_decision(span, d);
-                    }
-                }
-                Err(status) => span.fail(status),
-            }
-        }
-        result.map(Response::new)
+        let encoded = self.classify_call(request).await?.into_inner();
+        encoded.into_message().map(Response::new)
     }
 
-    /// Served by [`super::batch::BatchFirst`] ahead of this method; here
+    /// Served by [`super::first::BytesFirst`] ahead of this method; here
     /// for a server built without it, the same answer decoded.
     async fn classify_batch(
         &self,

@@ -5,22 +5,16 @@
 use opentelemetry::KeyValue;
 use tonic::Status;
 
-use super::convert::verdict_from_proto;
 use super::pb;
 use crate::core::Decision;
 use crate::doors::traces::CallSpan;
 
-/// The verdict's word (`unspecified` for a number this build does not know).
-fn verdict_word(d: &pb::Decision) -> &'static str {
-    verdict_from_proto(d.verdict).map_or("unspecified", |v| v.as_str())
-}
-
 /// The decision's attributes on a Classify span.
-pub fn trace_decision(span: &mut CallSpan, d: &pb::Decision) {
-    span.set("retryd.catalog", d.catalog.clone());
-    span.set("retryd.code", d.code.clone());
-    span.set("retryd.verdict", verdict_word(d));
-    span.set("retryd.rule", d.rule.clone());
+pub fn trace_decision(span: &mut CallSpan, d: &Decision<'_>) {
+    span.set("retryd.catalog", d.catalog.to_owned());
+    span.set("retryd.code", d.code.to_owned());
+    span.set("retryd.verdict", d.verdict.as_str());
+    span.set("retryd.rule", d.rule.to_owned());
 }
 
 /// Batches up to this many items get one span event per decision.

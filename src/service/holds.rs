@@ -2,6 +2,8 @@
 //! ReleaseHold, WatchHolds — over [`Fleet`], in domain types. Who is an
 //! operator is the doors' question; they pass the answer in.
 
+use std::sync::Arc;
+
 use super::Service;
 use super::budgets::deposit;
 use super::caller::Caller;
@@ -154,7 +156,7 @@ impl Service {
             deposit(&policy, fleet, catalog, ask.dependency, ask.tenant, 1, ask.caller, now);
         }
         // The caller named its own tenant: it sees it in clear.
-        let hold = out.hold.take().map(Shown::clear);
+        let hold = out.hold.take().map(|h| Shown::clear(Arc::unwrap_or_clone(h)));
         Ok((out, hold))
     }
 

@@ -1,7 +1,8 @@
-//! A ClassifyBatch answer written as protobuf bytes straight from the
-//! core's decisions, byte for byte what prost writes for the
-//! `ClassifyBatchResponse` that `convert::decision_to_proto` and
-//! `convert::hold_to_proto` would build (proptests below compare them).
+//! ClassifyBatch and Classify answers written as protobuf bytes straight
+//! from the core's decisions, byte for byte what prost writes for the
+//! `ClassifyBatchResponse` or `ClassifyResponse` that
+//! `convert::decision_to_proto` and `convert::hold_to_proto` would build
+//! (proptests in `answer_tests.rs` compare them).
 //!
 //! Why: building the proto first copied every string of every decision
 //! into a pooled `pb::Decision`, then measured and wrote it again (callgrind,
@@ -83,6 +84,18 @@ impl AnswerWriter {
     pub fn into_bytes(self) -> Vec<u8> {
         self.out
     }
+}
+
+/// The `decision` field of `ClassifyResponse`.
+const CLASSIFY_DECISION: u32 = 1;
+
+/// The bytes of a Classify answer, a `ClassifyResponse` carrying `d` and the
+/// hold in force on its scope (shown as of `shown_at`), written over `out`.
+pub fn classify_answer(out: &mut Vec<u8>, d: &Decision<'_>, hold: Option<&Hold>, shown_at: UnixMillis) {
+    out.clear();
+    let decision = open(out, CLASSIFY_DECISION, 2);
+    put_decision(out, d, hold, shown_at);
+    close(out, decision, 2);
 }
 
 fn put_decision(out: &mut Vec<u8>, d: &Decision<'_>, hold: Option<&Hold>, shown_at: UnixMillis) {

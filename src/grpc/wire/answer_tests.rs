@@ -207,6 +207,26 @@ fn every_shape_encodes_as_prost_does() {
     });
 }
 
+#[test]
+fn classify_answers_encode_as_prost_does() {
+    let holds = holds();
+    with_decisions(|decisions| {
+        let mut ours = b"junk of an earlier answer".to_vec();
+        for d in decisions {
+            for h in std::iter::once(None).chain(holds.iter().map(Some)) {
+                classify_answer(&mut ours, d, h, NOW);
+                let mut proto = decision_to_proto(d);
+                proto.hold = h.map(|h| hold_to_proto_at(h, h.key.tenant(), NOW));
+                let prost = pb::ClassifyResponse {
+                    decision: Some(Box::new(proto)),
+                }
+                .encode_to_vec();
+                assert_eq!(ours, prost, "{d:?} with {h:?}");
+            }
+        }
+    });
+}
+
 proptest! {
     /// Any mix of decisions, holds, errors, indexes and summaries.
     #[test]

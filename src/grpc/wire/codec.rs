@@ -96,7 +96,10 @@ impl Pooled for pb::AdmitRequest {
         unary_pool::decode_admit_request(buf)
     }
 }
-impl Pooled for pb::AdmitResponse {}
+impl Pooled for pb::AdmitResponse {
+    // At most one hold: under 1 KiB.
+    const SMALL: bool = true;
+}
 impl Pooled for pb::ReportOutcomesRequest {}
 impl Pooled for pb::ReportOutcomesResponse {}
 impl Pooled for pb::ListHoldsRequest {}

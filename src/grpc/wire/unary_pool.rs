@@ -78,8 +78,30 @@ pub fn recycle_admit_request(req: pb::AdmitRequest) {
     }
 }
 
+/// Most bytes a pooled Classify answer buffer keeps: a decision with a hold
+/// and long reasons is under 2 KiB; a larger buffer is cut down to this.
+pub const POOLED_CLASSIFY_ANSWER_BYTES: usize = 4_096;
+
+static ANSWERS: Pool<Vec<u8>, POOLED_UNARY> = Pool::new();
+
+/// A buffer to write a Classify answer's bytes in (empty, with the storage
+/// of an earlier answer).
+pub fn take_answer() -> Vec<u8> {
+    let mut out = ANSWERS.take().unwrap_or_default();
+    out.clear();
+    out
+}
+
+/// Gives a Classify answer's buffer back once its bytes are sent (cut to
+/// [`POOLED_CLASSIFY_ANSWER_BYTES`]).
+pub fn recycle_answer(mut bytes: Vec<u8>) {
+    bytes.clear();
+    bytes.shrink_to(POOLED_CLASSIFY_ANSWER_BYTES);
+    ANSWERS.give(bytes);
+}
+
 /// What the Classify and Admit pools keep now.
-pub(super) fn kept() -> [(&'static str, super::Kept); 3] {
+pub(super) fn kept() -> [(&'static str, super::Kept); 4] {
     [
         // Boxed: the box's own size is a pointer, its failure is heap.
         (
@@ -92,6 +114,7 @@ pub(super) fn kept() -> [(&'static str, super::Kept); 3] {
             DECISIONS.kept(|d| size_of::<pb::Decision>() + d.encoded_len()),
         ),
         ("admit_requests", ADMITS.kept(admit_bytes)),
+        ("classify_answers", ANSWERS.kept(Vec::capacity)),
     ]
 }
 
@@ -194,11 +217,21 @@ mod tests {
             let mut a = admit(n);
             a.tenant = "t".repeat(if n % 2 == 0 { POOLED_FAILURE_BYTES / 2 } else { 1 << 16 });
             recycle_admit_request(a);
+            // Answer buffers of 1 KiB and of 64 KiB (a buffer regrown by a huge answer).
+            let mut answer = take_answer();
+            assert!(answer.is_empty(), "a reused answer buffer starts empty");
+            answer.resize(if n % 2 == 0 { 1 << 10 } else { 1 << 16 }, 7);
+            recycle_answer(answer);
         }
         let kept = super::super::pooled();
         for (pool, most) in [
             ("classify_failures", size_of::<pb::Failure>() + POOLED_FAILURE_BYTES),
             ("admit_requests", size_of::<pb::AdmitRequest>() + POOLED_FAILURE_BYTES),
+            // `shrink_to` may leave an allocator's rounding, never the 64 KiB.
+            (
+                "classify_answers",
+                size_of::<Vec<u8>>() + 2 * POOLED_CLASSIFY_ANSWER_BYTES,
+            ),
         ] {
             let k = kept
                 .iter()
