@@ -342,35 +342,19 @@ impl Fleet {
         method: &str,
         now: UnixMillis,
     ) -> AdmitOutcome {
-        match self.admit_unheld(catalog, dependency, tenant, method, now) {
-            Ok(admitted) => admitted,
-            // Boxed: the future of a call under no hold (nearly every call)
-            // stays a few words, not the size of the probe-taking one.
-            Err(covering) => Box::pin(self.admit_covered(covering, now)).await,
-        }
-    }
-
-    /// Admit's answer when no hold covers the call (admitted, counted), or
-    /// the holds that do, for [`Self::admit_covered`].
-    fn admit_unheld(
-        &self,
-        catalog: &str,
-        dependency: &str,
-        tenant: &str,
-        method: &str,
-        now: UnixMillis,
-    ) -> Result<AdmitOutcome, Vec<Arc<Hold>>> {
         let covering = self.mirror.covering(catalog, dependency, tenant, method, now);
-        if !covering.is_empty() {
-            return Err(covering);
+        if covering.is_empty() {
+            admit_counter(0).increment(1);
+            return AdmitOutcome {
+                admitted: true,
+                hold: None,
+                retry_at: None,
+                probe_token: None,
+            };
         }
-        admit_counter(0).increment(1);
-        Ok(AdmitOutcome {
-            admitted: true,
-            hold: None,
-            retry_at: None,
-            probe_token: None,
-        })
+        // Boxed: the future of a call under no hold (nearly every call)
+        // stays a few words, not the size of the probe-taking one.
+        Box::pin(self.admit_covered(covering, now)).await
     }
 
     /// Admit under the holds `covering` a call: refused, or admitted as a
