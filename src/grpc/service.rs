@@ -12,10 +12,7 @@ use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
 use super::catalogs::list_catalogs;
-use super::convert::{
-    decision_into_proto, failure_from_proto, failure_notes, hold_to_proto, judged_to_proto, shown_to_proto, status_of,
-    timestamp_from_millis, violation_status,
-};
+use super::convert::{judged_to_proto, shown_to_proto, status_of, timestamp_from_millis, violation_status};
 use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService;
 use super::trace::trace_admit;
@@ -91,21 +88,8 @@ impl RetryDecisionApi {
         now: UnixMillis,
         caller: Caller<'_>,
     ) -> Result<pb::ClassifyResponse, Status> {
-        let failure = req
-            .failure
-            .as_ref()
-            .map(|f| (failure_from_proto(f, &req.locale), failure_notes(f)));
-        self.service
-            .classify(&req.locale, failure, now, caller, |d, hold| {
-                // Written over a decision of an earlier answer (see unary_pool).
-                let mut decision = unary_pool::take_decision();
-                decision_into_proto(d, &mut decision);
-                decision.hold = hold.map(|h| hold_to_proto(h, h.key.tenant()));
-                pb::ClassifyResponse {
-                    decision: Some(decision),
-                }
-            })
-            .map_err(violation_status)
+        // The server's answer, decoded: one encoding of a Classify answer.
+        self.classify_encoded(req, now, caller, None)?.into_message()
     }
 
     /// Lists the catalogs of the policy in force (the body of ListCatalogs),

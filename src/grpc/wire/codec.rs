@@ -61,11 +61,9 @@ impl Pooled for pb::ClassifyRequest {
     }
 }
 
+/// Only a client's, or the generated server's route that
+/// [`crate::grpc::first`] serves ahead of it.
 impl Pooled for pb::ClassifyResponse {
-    fn recycle(self) {
-        unary_pool::recycle_response(self);
-    }
-
     // One decision: under 1 KiB, a few with a hold and long reasons.
     const SMALL: bool = true;
 }

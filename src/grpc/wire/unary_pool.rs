@@ -1,13 +1,13 @@
 //! Storage reused from one Classify to the next, as [`super::pool`] does for
 //! ClassifyBatch: the request's failure is decoded into a failure kept from an
-//! earlier call, and the answer's decision is written over an earlier one.
+//! earlier call, and the answer's bytes are written in an earlier answer's
+//! buffer.
 //!
 //! A Classify decodes about six strings and builds about eight; allocating
 //! and freeing them was a tenth of the call's own instructions (callgrind,
 //! see docs/performance.md). Nothing of one call reaches another: a pooled
-//! failure is `clear`ed before a request is merged into it, and every field
-//! of a pooled decision is overwritten by `decision_into_proto`; tests
-//! compare both with fresh storage.
+//! failure is `clear`ed before a request is merged into it (tests compare it
+//! with fresh storage), and an answer buffer is cleared before it is written.
 
 use bytes::Buf;
 use prost::DecodeError;
@@ -25,7 +25,6 @@ const FAILURE_TAG: u32 = 1;
 pub const POOLED_UNARY: usize = 64;
 
 static FAILURES: Pool<Box<pb::Failure>, POOLED_UNARY> = Pool::new();
-static DECISIONS: Pool<Box<pb::Decision>, POOLED_UNARY> = Pool::new();
 
 /// Decodes a `ClassifyRequest` as prost does, its failure into one kept from
 /// an earlier call (`Message::decode`'s own loop, as
@@ -101,17 +100,12 @@ pub fn recycle_answer(mut bytes: Vec<u8>) {
 }
 
 /// What the Classify and Admit pools keep now.
-pub(super) fn kept() -> [(&'static str, super::Kept); 4] {
+pub(super) fn kept() -> [(&'static str, super::Kept); 3] {
     [
         // Boxed: the box's own size is a pointer, its failure is heap.
         (
             "classify_failures",
             FAILURES.kept(|f| size_of::<pb::Failure>() + super::pool::string_bytes(f)),
-        ),
-        // A decision's strings are counted by their encoded length (their capacity is about that).
-        (
-            "classify_decisions",
-            DECISIONS.kept(|d| size_of::<pb::Decision>() + d.encoded_len()),
         ),
         ("admit_requests", ADMITS.kept(admit_bytes)),
         ("classify_answers", ANSWERS.kept(Vec::capacity)),
@@ -121,18 +115,6 @@ pub(super) fn kept() -> [(&'static str, super::Kept); 4] {
 /// Bytes held by an Admit request's strings.
 fn admit_bytes(r: &pb::AdmitRequest) -> usize {
     r.catalog.capacity() + r.dependency.capacity() + r.tenant.capacity() + r.method.capacity()
-}
-
-/// A decision to write an answer over (every field is overwritten).
-pub fn take_decision() -> Box<pb::Decision> {
-    DECISIONS.take().unwrap_or_default()
-}
-
-/// Gives an encoded answer's decision back for the next answer.
-pub fn recycle_response(resp: pb::ClassifyResponse) {
-    if let Some(decision) = resp.decision {
-        DECISIONS.give(decision);
-    }
 }
 
 #[cfg(test)]
@@ -200,12 +182,8 @@ mod tests {
     #[test]
     fn pools_are_bounded() {
         for _ in 0..POOLED_UNARY * 2 {
-            recycle_response(pb::ClassifyResponse {
-                decision: Some(Box::default()),
-            });
             recycle_request(request(1, "k"));
         }
-        assert!(DECISIONS.len() <= POOLED_UNARY);
         assert!(FAILURES.len() <= POOLED_UNARY);
         // Past the bound, with the largest failure a pool keeps and a larger one: the gauge shows the bound.
         for n in 0..POOLED_UNARY * 3 {

@@ -38,7 +38,7 @@ mod tests {
             "batch_requests",
             "batch_answers",
             "classify_failures",
-            "classify_decisions",
+            "classify_answers",
             "admit_requests",
         ] {
             assert!(
