@@ -61,6 +61,20 @@ fn mix() -> Vec<pb::Failure> {
     ]
 }
 
+/// A scrape taken once `retryd_shadow_decisions_total` was seen at its
+/// final count. The scrape that saw it cannot be used for the
+/// disagreements: a scrape reads one series after another, not as of one
+/// instant, so it can read a disagreement series before the shadow's
+/// thread counts (or first registers) it and the decisions total after the
+/// thread adds the same decision to it. Under load, CI saw 141 of 142
+/// flipped decisions, and no series at all after a reload, from the scrape
+/// that saw the total. The thread counts a decision's disagreements before
+/// the decision itself, so every scrape begun after the total was seen has
+/// them all.
+fn counted_after_compared(server: &Server) -> String {
+    server.scrape()
+}
+
 fn replay(log: &std::path::Path, policy: &str) -> (Option<i32>, serde_json::Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_retryd"))
         .args(["replay", log.to_str().unwrap(), "--policy", policy, "--format", "json"])
@@ -136,15 +150,13 @@ async fn shadow_disagreements_and_a_complete_log_that_replays() {
     }
     let total = (CLIENTS * CALLS_EACH) as f64;
 
-    let scrape = eventually(
+    eventually(
         Duration::from_secs(10),
         "the shadow compared every decision",
-        || async {
-            let s = server.scrape();
-            (sample(&s, "retryd_shadow_decisions_total") == Some(total)).then_some(s)
-        },
+        || async { (sample(&server.scrape(), "retryd_shadow_decisions_total") == Some(total)).then_some(()) },
     )
     .await;
+    let scrape = counted_after_compared(&server);
     let series: Vec<&str> = scrape
         .lines()
         .filter(|l| l.starts_with("retryd_shadow_disagreements_total{"))
@@ -273,11 +285,11 @@ async fn the_shadow_policy_is_hot_reloaded() {
     std::fs::rename(dir.join("vibecode.toml.next"), dir.join("vibecode.toml")).unwrap();
     server.until_logged(&["shadow policy reload: applied"]).await;
     client.classify(request).await.expect("classify");
-    let scrape = eventually(Duration::from_secs(10), "both decisions compared", || async {
-        let s = server.scrape();
-        (sample(&s, "retryd_shadow_decisions_total") == Some(2.0)).then_some(s)
+    eventually(Duration::from_secs(10), "both decisions compared", || async {
+        (sample(&server.scrape(), "retryd_shadow_decisions_total") == Some(2.0)).then_some(())
     })
     .await;
+    let scrape = counted_after_compared(&server);
     assert_eq!(
         sample(
             &scrape,
