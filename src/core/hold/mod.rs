@@ -108,37 +108,35 @@ pub fn storage_key(scope: HoldScope, catalog: &str, dependency: &str, subject: &
 }
 
 /// [`storage_key`] written over `buf` (cleared first), so a lookup on the
-/// decision path can reuse one buffer instead of allocating a key.
+/// decision path can reuse one buffer instead of allocating a key. Room is
+/// reserved once and a length under 100 written as two `char`s: through a
+/// division loop, this was a tenth of a ClassifyBatch item (callgrind).
 pub fn storage_key_into(buf: &mut String, scope: HoldScope, catalog: &str, dependency: &str, subject: &str) {
     buf.clear();
-    buf.push_str(match scope {
-        HoldScope::Tenant => "t",
-        HoldScope::Dependency => "d",
-        HoldScope::Method => "m",
+    buf.reserve(1 + 3 * 22 + catalog.len() + dependency.len() + subject.len());
+    buf.push(match scope {
+        HoldScope::Tenant => 't',
+        HoldScope::Dependency => 'd',
+        HoldScope::Method => 'm',
     });
     for part in [catalog, dependency, subject] {
         buf.push(':');
-        push_decimal(buf, part.len());
+        push_len(buf, part.len());
         buf.push(':');
         buf.push_str(part);
     }
 }
 
-/// Appends `n` in decimal (`write!` would go through the formatter: a third
-/// of a key's cost).
-fn push_decimal(buf: &mut String, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
+/// Appends `n` in decimal: most names are under 100 bytes, two pushes.
+fn push_len(buf: &mut String, n: usize) {
+    let digit = |d: usize| char::from(b'0' + (d % 10) as u8);
+    match n {
+        0..10 => buf.push(digit(n)),
+        10..100 => {
+            buf.push(digit(n / 10));
+            buf.push(digit(n));
         }
-    }
-    for &d in &digits[i..] {
-        buf.push(char::from(d));
+        _ => buf.push_str(itoa::Buffer::new().format(n)),
     }
 }
 

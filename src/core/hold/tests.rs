@@ -399,6 +399,15 @@ fn storage_keys_keep_their_stored_form() {
         storage_key(HoldScope::Method, "c", "d", &long),
         format!("m:1:c:1:d:1234:{long}")
     );
+    // Every length writes its decimal form, across the widths the writer treats apart.
+    for n in [0, 9, 10, 99, 100, 999, 1000, 65_535] {
+        let part = "y".repeat(n);
+        assert_eq!(
+            storage_key(HoldScope::Dependency, &part, "d", ""),
+            format!("d:{n}:{part}:1:d:0:"),
+            "length {n}"
+        );
+    }
     // Written over a used buffer, the key is the same (nothing of the last one stays).
     let mut buf = "garbage that is longer than the key".to_owned();
     super::storage_key_into(&mut buf, HoldScope::Method, "c", "d", "m");
