@@ -1,7 +1,8 @@
 //! One 1 000-item ClassifyBatch without the network: decode the request,
 //! decide every item and write the answer's bytes
 //! (`RetryDecisionApi::classify_batch_encoded`, the synchronous body of the
-//! RPC), copy them out as the codec does. Reported per batch and per item
+//! RPC), hand them over as the route does (as they are, the buffer given
+//! back once dropped). Reported per batch and per item
 //! (criterion's throughput is items). Run: `cargo bench --bench batch`.
 //!
 //! The items are the load generator's mix (`src/bin/retryd-load/workload.rs`).
@@ -51,20 +52,18 @@ fn batch(c: &mut Criterion) {
     let mut group = c.benchmark_group("classify_batch");
     group.throughput(Throughput::Elements(u64::from(ITEMS)));
     let local = || Caller::Named("local");
-    // What the server does with a call, pools included: the codec decodes
+    // What the server does with a call, pools included: the decoder decodes
     // into pooled failures, the handler writes the answer's bytes into a
-    // pooled buffer and gives the failures back once decided, and the codec
-    // copies the bytes into its buffer and gives the answer's buffer back.
+    // pooled buffer and gives the failures back once decided, and the route
+    // sends the bytes as they are; the buffer goes back once they are sent
+    // (here: dropped).
     group.bench_function("decode_decide_encode/1000", |b| {
-        let mut out = Vec::with_capacity(check.encoded_len() * 2);
         b.iter(|| {
             let req = pb::ClassifyBatchRequest::decode_pooled(black_box(wire.as_slice())).expect("decodes");
             let resp = api.classify_batch_encoded(&req, now, local(), None).expect("decided");
             pool::recycle_request(req);
-            out.clear();
-            // As the codec encodes into tonic's buffer: room reserved, then written.
-            resp.encode_into(&mut out);
-            black_box(out.len())
+            let frame = resp.into_frame();
+            black_box(frame.len())
         })
     });
     // The same without the pools (nothing is given back, so they stay empty):

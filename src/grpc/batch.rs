@@ -15,7 +15,7 @@ use super::pb;
 use super::service::RetryDecisionApi;
 use super::trace::BatchTrace;
 use super::wire::answer::AnswerWriter;
-use super::wire::batch_codec::EncodedBatch;
+use super::wire::encoded::EncodedBatch;
 use super::wire::pool;
 use crate::core::{UnixMillis, Verdict};
 use crate::service::Caller;
@@ -83,7 +83,7 @@ impl RetryDecisionApi {
                     }
                 });
         match summary {
-            Ok(s) => Ok(EncodedBatch::from_bytes(answer.finish(&summary_to_proto(&s)))),
+            Ok(s) => Ok(EncodedBatch::from_framed(answer.finish(&summary_to_proto(&s)))),
             Err(v) => {
                 pool::recycle_answer(answer.into_bytes());
                 Err(violation_status(v))

@@ -12,7 +12,7 @@ use super::pb;
 use super::service::RetryDecisionApi;
 use super::trace::trace_decision;
 use super::wire::answer::classify_answer;
-use super::wire::batch_codec::EncodedClassify;
+use super::wire::encoded::EncodedClassify;
 use super::wire::unary_pool;
 use crate::core::UnixMillis;
 use crate::doors::traces::CallSpan;
@@ -40,7 +40,7 @@ impl RetryDecisionApi {
                 }
                 let mut out = unary_pool::take_answer();
                 classify_answer(&mut out, d, hold, now);
-                EncodedClassify::from_bytes(out)
+                EncodedClassify::from_framed(out)
             })
             .map_err(violation_status)
     }

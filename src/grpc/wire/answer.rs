@@ -37,7 +37,14 @@ const INDEX: u32 = 1;
 const DECISION: u32 = 2;
 const ERROR: u32 = 3;
 
-/// The bytes of a `ClassifyBatchResponse`, written an item at a time.
+/// Room left at the start of every answer for the gRPC message header
+/// (compressed flag and length), which the route writes once the length is
+/// known: header and message then go out as one data frame, as tonic sends
+/// them, without copying the message after a header.
+pub const FRAME_HEADER: usize = 5;
+
+/// The bytes of a `ClassifyBatchResponse`, written an item at a time after
+/// [`FRAME_HEADER`] bytes of room.
 #[derive(Debug, Default)]
 pub struct AnswerWriter {
     out: Vec<u8>,
@@ -47,6 +54,7 @@ impl AnswerWriter {
     /// Writes into `out` (cleared first), reusing its capacity.
     pub fn new(mut out: Vec<u8>) -> Self {
         out.clear();
+        out.resize(FRAME_HEADER, 0);
         AnswerWriter { out }
     }
 
@@ -74,7 +82,7 @@ impl AnswerWriter {
     }
 
     /// The summary (written last, as prost writes field 2 after field 1),
-    /// and the answer's bytes.
+    /// and the answer's bytes, after [`FRAME_HEADER`] bytes of room.
     pub fn finish(mut self, summary: &pb::BatchSummary) -> Vec<u8> {
         message::encode(SUMMARY, summary, &mut self.out);
         self.out
@@ -90,9 +98,11 @@ impl AnswerWriter {
 const CLASSIFY_DECISION: u32 = 1;
 
 /// The bytes of a Classify answer, a `ClassifyResponse` carrying `d` and the
-/// hold in force on its scope (shown as of `shown_at`), written over `out`.
+/// hold in force on its scope (shown as of `shown_at`), written over `out`
+/// after [`FRAME_HEADER`] bytes of room.
 pub fn classify_answer(out: &mut Vec<u8>, d: &Decision<'_>, hold: Option<&Hold>, shown_at: UnixMillis) {
     out.clear();
+    out.resize(FRAME_HEADER, 0);
     let decision = open(out, CLASSIFY_DECISION, 2);
     put_decision(out, d, hold, shown_at);
     close(out, decision, 2);

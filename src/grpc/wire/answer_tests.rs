@@ -184,7 +184,7 @@ fn both(decisions: &[Decision<'_>], items: &[(Shape, u32)], summary: &pb::BatchS
         results,
         summary: Some(*summary),
     };
-    (ours.finish(summary), prost.encode_to_vec())
+    (ours.finish(summary).split_off(FRAME_HEADER), prost.encode_to_vec())
 }
 
 #[test]
@@ -221,7 +221,8 @@ fn classify_answers_encode_as_prost_does() {
                     decision: Some(Box::new(proto)),
                 }
                 .encode_to_vec();
-                assert_eq!(ours, prost, "{d:?} with {h:?}");
+                assert_eq!(ours[..FRAME_HEADER], [0; FRAME_HEADER], "room for the header");
+                assert_eq!(ours[FRAME_HEADER..], prost, "{d:?} with {h:?}");
             }
         }
     });

@@ -7,7 +7,7 @@
 //! - ClassifyBatch requests are decoded into the pool of [`super::pool`],
 //!   Classify's requests and answers those of [`super::unary_pool`]
 //!   ([`Pooled`]). ClassifyBatch answers are bytes already
-//!   ([`super::batch_codec`]).
+//!   ([`super::encoded`]).
 
 use bytes::{Buf, BufMut};
 use prost::{DecodeError, Message};
@@ -167,6 +167,17 @@ impl<T: Pooled> Encoder for PooledEncoder<T> {
     }
 }
 
+/// A request that is not a valid protobuf message: INVALID_ARGUMENT, with
+/// a BadRequest naming the request.
+pub fn invalid_message(e: prost::DecodeError) -> Status {
+    let description = format!("the request is not a valid protobuf message: {e}");
+    Status::with_error_details(
+        tonic::Code::InvalidArgument,
+        description.clone(),
+        ErrorDetails::with_bad_request_violation("request", description),
+    )
+}
+
 /// Decodes with prost (or the pool); errors are INVALID_ARGUMENT.
 #[derive(Debug)]
 pub struct InvalidArgumentDecoder<U>(std::marker::PhantomData<U>);
@@ -182,14 +193,7 @@ impl<U: Pooled> Decoder for InvalidArgumentDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        U::decode_pooled(buf).map(Some).map_err(|e| {
-            let description = format!("the request is not a valid protobuf message: {e}");
-            Status::with_error_details(
-                tonic::Code::InvalidArgument,
-                description.clone(),
-                ErrorDetails::with_bad_request_violation("request", description),
-            )
-        })
+        U::decode_pooled(buf).map(Some).map_err(invalid_message)
     }
 
     fn buffer_settings(&self) -> BufferSettings {

@@ -2,14 +2,14 @@
 //! themselves on the hot path (see `bench/RESULTS.md` and
 //! `docs/performance.md`): a codec that decodes ClassifyBatch requests into
 //! pooled storage ([`codec`], [`pool`]), ClassifyBatch answers written as
-//! bytes straight from the core's decisions ([`answer`], [`batch_codec`]),
+//! bytes straight from the core's decisions ([`answer`], [`encoded`]),
 //! and pooled Classify requests and answers ([`unary_pool`]). They follow
 //! prost's encoding byte for byte (proptests check it), so this folder is
 //! the one place that depends on prost's version.
 
 pub mod answer;
-pub mod batch_codec;
 pub mod codec;
+pub mod encoded;
 pub mod pool;
 pub mod unary_pool;
 
