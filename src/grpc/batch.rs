@@ -3,8 +3,8 @@
 //! ([`wire::answer`](super::wire::answer)), never built as `pb` messages.
 //!
 //! The generated server's method can only answer a `ClassifyBatchResponse`
-//! message, so [`super::first::BytesFirst`] serves the method's path itself,
-//! with a codec whose answers are bytes. The library call
+//! message, so [`super::first::BytesFirst`] serves the method's path itself
+//! and sends the bytes as they are. The library call
 //! [`RetryDecisionApi::classify_batch_at`] decodes the same bytes into the
 //! message.
 
