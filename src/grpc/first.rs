@@ -19,6 +19,7 @@
 //! for the library: they decode the same bytes into the message.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -27,15 +28,14 @@ use bytes::Buf as _;
 use bytes::Bytes;
 use http_body::Frame;
 use tonic::codegen::{Body, BoxFuture, StdError};
-use tonic::server::{NamedService, UnaryService};
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
-use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService as _;
 use super::service::RetryDecisionApi;
 use super::wire::answer::FRAME_HEADER;
-use super::wire::codec::{Pooled, invalid_message};
-use super::wire::encoded::{Encoded, EncodedAdmit, EncodedBatch, EncodedClassify};
+use super::wire::codec::{Pooled, invalid_message, message_len, second_message};
+use super::wire::encoded::{Encoded, EncodedAdmit};
 
 /// The path of ClassifyBatch, which [`BytesFirst`] serves.
 pub const CLASSIFY_BATCH_PATH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";
@@ -97,35 +97,61 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let limit = self.max_decoding_message_size;
         match req.uri().path() {
-            CLASSIFY_PATH => Box::pin(unary(ClassifyMethod(Arc::clone(&self.api)), limit, req)),
-            CLASSIFY_BATCH_PATH => Box::pin(unary(ClassifyBatchMethod(Arc::clone(&self.api)), limit, req)),
-            ADMIT_PATH => Box::pin(unary(AdmitMethod(Arc::clone(&self.api)), limit, req)),
+            CLASSIFY_PATH => {
+                let api = Arc::clone(&self.api);
+                Box::pin(unary(move |r| async move { api.classify_call(r).await }, limit, req))
+            }
+            CLASSIFY_BATCH_PATH => {
+                let api = Arc::clone(&self.api);
+                Box::pin(unary(
+                    move |r| async move { api.classify_batch_call(r).await },
+                    limit,
+                    req,
+                ))
+            }
+            ADMIT_PATH => {
+                let api = Arc::clone(&self.api);
+                // The generated trait's method; its message encoded here (small: no hold, or one).
+                Box::pin(unary(
+                    move |r| async move {
+                        let (metadata, answer, extensions) = api.admit(r).await?.into_parts();
+                        Ok(Response::from_parts(
+                            metadata,
+                            EncodedAdmit::encode(&answer),
+                            extensions,
+                        ))
+                    },
+                    limit,
+                    req,
+                ))
+            }
             _ => self.inner.call(req),
         }
     }
 }
 
-/// Serves `req` as the unary method `method`, as tonic's `Grpc::unary`
+/// Serves `req` as the unary method `call`, as tonic's `Grpc::unary`
 /// does with no compression enabled: a compressed request is refused as
 /// tonic refuses it, the one message is decoded under `limit`, and any
 /// error is a trailers-only answer. The answer is [`AnswerBody`].
-async fn unary<T, U, M, B>(
-    mut method: M,
+async fn unary<T, U, B, F, Fut>(
+    call: F,
     limit: usize,
     req: http::Request<B>,
 ) -> Result<http::Response<tonic::body::Body>, Infallible>
 where
     T: Encoded,
     U: Pooled + Send + 'static,
-    M: UnaryService<U, Response = T>,
     B: Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
+    F: FnOnce(Request<U>) -> Fut,
+    Fut: Future<Output = Result<Response<T>, Status>>,
 {
     let request = match decode::<U, B>(req, limit).await {
         Ok(r) => r,
         Err(status) => return Ok(status.into_http()),
     };
-    let (metadata, answer, extensions) = match method.call(request).await {
+    let (metadata, answer, extensions) = match call(request).await {
         Ok(r) => r.into_parts(),
         Err(status) => return Ok(status.into_http()),
     };
@@ -233,7 +259,7 @@ fn one_message(framed: &[u8], limit: usize) -> Result<&[u8], Status> {
             )));
         }
     }
-    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    let len = message_len(header).unwrap_or(usize::MAX);
     if len > limit {
         return Err(Status::out_of_range(format!(
             "Error, decoded message length too large: found {len} bytes, the limit is: {limit} bytes"
@@ -242,9 +268,7 @@ fn one_message(framed: &[u8], limit: usize) -> Result<&[u8], Status> {
     match rest.len().cmp(&len) {
         std::cmp::Ordering::Less => Err(Status::internal("Unexpected EOF decoding stream.")),
         std::cmp::Ordering::Equal => Ok(rest),
-        std::cmp::Ordering::Greater => Err(Status::unimplemented(
-            "a unary call carries more than one request message (cardinality violation)",
-        )),
+        std::cmp::Ordering::Greater => Err(second_message()),
     }
 }
 
@@ -285,53 +309,6 @@ impl Body for AnswerBody {
 
     fn is_end_stream(&self) -> bool {
         self.trailers_sent
-    }
-}
-
-/// Classify as tonic's unary service.
-struct ClassifyMethod(Arc<RetryDecisionApi>);
-
-impl UnaryService<pb::ClassifyRequest> for ClassifyMethod {
-    type Response = EncodedClassify;
-    type Future = BoxFuture<Response<EncodedClassify>, Status>;
-
-    fn call(&mut self, request: Request<pb::ClassifyRequest>) -> Self::Future {
-        let api = Arc::clone(&self.0);
-        Box::pin(async move { api.classify_call(request).await })
-    }
-}
-
-/// ClassifyBatch as tonic's unary service.
-struct ClassifyBatchMethod(Arc<RetryDecisionApi>);
-
-impl UnaryService<pb::ClassifyBatchRequest> for ClassifyBatchMethod {
-    type Response = EncodedBatch;
-    type Future = BoxFuture<Response<EncodedBatch>, Status>;
-
-    fn call(&mut self, request: Request<pb::ClassifyBatchRequest>) -> Self::Future {
-        let api = Arc::clone(&self.0);
-        Box::pin(async move { api.classify_batch_call(request).await })
-    }
-}
-
-/// Admit as tonic's unary service: the generated trait's method, its
-/// answer encoded here (small: no hold, or one).
-struct AdmitMethod(Arc<RetryDecisionApi>);
-
-impl UnaryService<pb::AdmitRequest> for AdmitMethod {
-    type Response = EncodedAdmit;
-    type Future = BoxFuture<Response<EncodedAdmit>, Status>;
-
-    fn call(&mut self, request: Request<pb::AdmitRequest>) -> Self::Future {
-        let api = Arc::clone(&self.0);
-        Box::pin(async move {
-            let (metadata, answer, extensions) = api.admit(request).await?.into_parts();
-            Ok(Response::from_parts(
-                metadata,
-                EncodedAdmit::encode(&answer),
-                extensions,
-            ))
-        })
     }
 }
 

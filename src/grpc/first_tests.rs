@@ -11,6 +11,7 @@ use tonic::Code;
 
 use super::*;
 use crate::core::Policy;
+use crate::grpc::pb;
 use crate::service::ServiceConfig;
 use futures_util::StreamExt as _;
 

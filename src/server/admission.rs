@@ -48,6 +48,7 @@ use crate::doors::answer::{Answer, Frames, Stalls};
 use crate::doors::ledger::{Ledger, Ticket};
 use crate::doors::overload::SHED_TOTAL;
 use crate::doors::watch_bytes::StreamAccount;
+use crate::grpc::wire::codec::{message_len, second_message};
 
 /// Paths admitted here.
 const SERVICE_PREFIX: &str = "/retryd.v1.RetryDecisionService/";
@@ -334,17 +335,6 @@ fn too_large(n: usize, max: usize) -> tonic::Status {
     tonic::Status::resource_exhausted(format!(
         "request message is {n} bytes; the limit is {max} (--max-message-bytes)"
     ))
-}
-
-fn second_message() -> tonic::Status {
-    tonic::Status::unimplemented("a unary call carries more than one request message (cardinality violation)")
-}
-
-/// The length in the first gRPC message prefix, if there are 5 bytes.
-fn message_len(buf: &[u8]) -> Option<usize> {
-    let prefix = buf.get(1..5)?;
-    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
-    usize::try_from(len).ok()
 }
 
 /// The number of `failures` (field 1) in a framed, uncompressed

@@ -167,6 +167,20 @@ impl<T: Pooled> Encoder for PooledEncoder<T> {
     }
 }
 
+/// The length in the 5-byte prefix of a gRPC message (compressed flag,
+/// length big-endian) at the start of `framed`, if the prefix is whole.
+pub fn message_len(framed: &[u8]) -> Option<usize> {
+    let prefix = framed.get(1..5)?;
+    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+    usize::try_from(len).ok()
+}
+
+/// A unary call whose request carries a second message: UNIMPLEMENTED, as
+/// the gRPC status-code table says for a cardinality violation.
+pub fn second_message() -> Status {
+    Status::unimplemented("a unary call carries more than one request message (cardinality violation)")
+}
+
 /// A request that is not a valid protobuf message: INVALID_ARGUMENT, with
 /// a BadRequest naming the request.
 pub fn invalid_message(e: prost::DecodeError) -> Status {
