@@ -3,16 +3,16 @@
 //! it is the whole truth; with Redis it is a mirror kept current by the
 //! store's subscription and rebuilt on (re)connect.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::broadcast;
 
-use crate::core::hold::{
-    self, Hold, HoldKind, HoldPlan, HoldScope, Merge, Rank, Standing, storage_key, storage_key_into,
-};
+use crate::core::hold::{self, Hold, HoldKind, HoldPlan, HoldScope, Merge, Rank, Standing};
 use crate::core::time::UnixMillis;
+
+mod index;
+use index::{Id, Scope, State, bucket_key};
 
 /// What happened to a hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ crate::words!(HoldEventKind {
 
 /// What this replica knows of a hold's latest probe slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct ProbeRecord {
+pub(super) struct ProbeRecord {
     /// The highest slot known to be taken.
     slot: u64,
     /// The nonce, when this replica issued that slot's token.
@@ -92,200 +92,6 @@ pub enum Placed {
     Kept(Arc<Hold>),
     /// Not placed: the hold cap is reached and nothing may be evicted for it.
     Full,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// storage key → the holds of that key, one per kind. Looked up three
-    /// times a decision while any hold is in force: foldhash, seeded per
-    /// process (keys carry client-chosen tenants), at a fraction of SipHash.
-    /// The key is shared with `by_id` (one allocation per scope), and each
-    /// scope's list starts with room for one hold (a `Vec`'s first growth
-    /// would reserve four: most of a hold's memory). Holds are shared, so a
-    /// decision that meets one takes a reference, not a copy of its strings.
-    by_key: HashMap<Arc<str>, Vec<Arc<Hold>>, foldhash::fast::RandomState>,
-    /// hold id → storage key, in id order: ListHolds' cursor and a watch's
-    /// snapshot walk it (an extended hold keeps its place).
-    by_id: BTreeMap<Id, Arc<str>>,
-    /// dependency → its holds' ids, in id order: a dependency filter (a
-    /// client mirror's watch, ListHolds) walks only that dependency's
-    /// holds. The ids are `by_id`'s own (no copy).
-    by_dep: HashMap<Box<str>, BTreeSet<Id>, foldhash::fast::RandomState>,
-    /// hold id → what is known of its latest probe slot.
-    probes: HashMap<String, ProbeRecord>,
-    /// hold id → (slot, nonce) of a take the shared store left unanswered,
-    /// asked again with that nonce (at most one per hold in force).
-    unanswered: HashMap<String, (u64, u128)>,
-    /// (instant, hold id): when each hold next changes by itself — its
-    /// probe phase begins (`until`, for a hold with a phase) or it ends —
-    /// so the sweep touches only what is due, not every hold.
-    due: BTreeSet<(UnixMillis, Id)>,
-    /// Holds by kind and scope, kept as holds come and go (the gauges).
-    counts: [[usize; 3]; 4],
-    /// The eviction order at the cap, by (corroboration, standing, scope
-    /// class): within a bucket, the placer with the most holds loses first.
-    buckets: BTreeMap<BucketKey, Bucket>,
-    /// Holds evicted since the owner last asked (it writes their tombstones).
-    evicted_out: Vec<Hold>,
-}
-
-/// A hold id as the indexes keep it: one allocation shared by all of them.
-type Id = Arc<str>;
-
-/// (corroboration, standing, 0 for tenant holds / 1 for wider ones).
-type BucketKey = (u8, Standing, u8);
-
-fn bucket_key(h: &Hold) -> BucketKey {
-    let class = u8::from(h.key.scope != HoldScope::Tenant);
-    (h.rank.corroboration.min(8), h.rank.standing, class)
-}
-
-/// The holds of one rank, by placer.
-#[derive(Debug, Default)]
-struct Bucket {
-    by_placer: HashMap<u32, std::collections::BTreeSet<Id>>,
-    /// (holds of the placer here, placer): the last is the biggest placer.
-    order: BTreeSet<(usize, u32)>,
-}
-
-impl Bucket {
-    fn add(&mut self, placer: u32, id: &Id) {
-        let ids = self.by_placer.entry(placer).or_default();
-        self.order.remove(&(ids.len(), placer));
-        ids.insert(Arc::clone(id));
-        self.order.insert((ids.len(), placer));
-    }
-
-    fn remove(&mut self, placer: u32, id: &str) {
-        let Some(ids) = self.by_placer.get_mut(&placer) else {
-            return;
-        };
-        self.order.remove(&(ids.len(), placer));
-        ids.remove(id);
-        if ids.is_empty() {
-            self.by_placer.remove(&placer);
-        } else {
-            self.order.insert((ids.len(), placer));
-        }
-    }
-
-    /// A hold of the placer with the most holds here.
-    fn victim(&self) -> Option<&Id> {
-        let (_, placer) = self.order.last()?;
-        self.by_placer.get(placer)?.first()
-    }
-}
-
-fn due_instants(h: &Hold) -> [Option<UnixMillis>; 2] {
-    [(h.probe_window_ms > 0).then_some(h.until), Some(h.end())]
-}
-
-impl State {
-    fn get(&self, key: &str, kind: HoldKind) -> Option<&Arc<Hold>> {
-        self.by_key.get(key)?.iter().find(|h| h.kind == kind)
-    }
-
-    /// The shared id of a hold in `by_id` (a fresh one if it is not there).
-    fn id_of(&self, id: &str) -> Id {
-        match self.by_id.get_key_value(id) {
-            Some((shared, _)) => Arc::clone(shared),
-            None => Arc::from(id),
-        }
-    }
-
-    fn index(&mut self, h: &Hold, add: bool) {
-        let id = self.id_of(&h.id);
-        for at in due_instants(h).into_iter().flatten() {
-            if add {
-                self.due.insert((at, Arc::clone(&id)));
-            } else {
-                self.due.remove(&(at, Arc::clone(&id)));
-            }
-        }
-        let dependency = h.key.dependency.as_str();
-        if add {
-            match self.by_dep.get_mut(dependency) {
-                Some(ids) => {
-                    ids.insert(Arc::clone(&id));
-                }
-                None => {
-                    self.by_dep.insert(dependency.into(), BTreeSet::from([Arc::clone(&id)]));
-                }
-            }
-        } else if let Some(ids) = self.by_dep.get_mut(dependency) {
-            ids.remove(&*id);
-            if ids.is_empty() {
-                self.by_dep.remove(dependency);
-            }
-        }
-        let count = &mut self.counts[h.kind.index()][h.key.scope as usize];
-        *count = if add { *count + 1 } else { count.saturating_sub(1) };
-        let key = bucket_key(h);
-        if add {
-            self.buckets.entry(key).or_default().add(h.rank.placer(), &id);
-        } else if let Some(b) = self.buckets.get_mut(&key) {
-            b.remove(h.rank.placer(), &h.id);
-            if b.by_placer.is_empty() {
-                self.buckets.remove(&key);
-            }
-        }
-    }
-
-    fn insert(&mut self, key: String, hold: impl Into<Arc<Hold>>) -> Option<Arc<Hold>> {
-        let hold = hold.into();
-        let id = self.id_of(&hold.id);
-        let key: Arc<str> = match self.by_key.get_key_value(key.as_str()) {
-            Some((shared, _)) => Arc::clone(shared),
-            None => Arc::from(key),
-        };
-        self.by_id.insert(Arc::clone(&id), Arc::clone(&key));
-        let indexed = Arc::clone(&hold);
-        let holds = self.by_key.entry(key).or_insert_with(|| Vec::with_capacity(1));
-        let old = match holds.iter_mut().find(|h| h.kind == hold.kind) {
-            Some(slot) => Some(std::mem::replace(slot, hold)),
-            None => {
-                holds.push(hold);
-                None
-            }
-        };
-        // The old entries go before the new ones are made: they may be equal.
-        if let Some(old) = &old {
-            self.index(old, false);
-        }
-        self.index(&indexed, true);
-        if let Some(old) = &old {
-            if *old.id != *id {
-                self.by_id.remove(old.id.as_str());
-                self.probes.remove(&old.id);
-                self.unanswered.remove(&old.id);
-            }
-        }
-        old
-    }
-
-    fn remove_id(&mut self, id: &str) -> Option<Arc<Hold>> {
-        let key = Arc::clone(self.by_id.get(id)?);
-        let holds = self.by_key.get_mut(&key);
-        let hold = holds.and_then(|hs| {
-            let i = hs.iter().position(|h| h.id == id)?;
-            Some(hs.swap_remove(i))
-        });
-        if self.by_key.get(&key).is_some_and(Vec::is_empty) {
-            self.by_key.remove(&key);
-        }
-        // Unindexed while `by_id` still holds the shared id: no copy of it.
-        if let Some(h) = &hold {
-            self.index(h, false);
-        }
-        self.by_id.remove(id);
-        self.probes.remove(id);
-        self.unanswered.remove(id);
-        hold
-    }
-
-    fn len(&self) -> usize {
-        self.by_id.len()
-    }
 }
 
 /// The holds of one replica.
@@ -452,9 +258,8 @@ impl Mirror {
     }
 
     /// Calls `f` with each active hold covering a call, tenant's first, then
-    /// the dependency's, then the method's. The keys are built in a
-    /// per-thread buffer: this runs on every decision while any hold is in
-    /// force, and three key allocations were most of its cost.
+    /// the dependency's, then the method's: up to three lookups by a scope's
+    /// borrowed parts (this runs on every decision while any hold is in force).
     fn each_covering(
         &self,
         catalog: &str,
@@ -464,9 +269,6 @@ impl Mirror {
         now: UnixMillis,
         mut f: impl FnMut(&Arc<Hold>),
     ) {
-        thread_local! {
-            static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-        }
         if self.is_empty() {
             return;
         }
@@ -475,41 +277,32 @@ impl Mirror {
             (!dependency.is_empty()).then_some((HoldScope::Dependency, "")),
             (!dependency.is_empty() && !method.is_empty()).then_some((HoldScope::Method, method)),
         ];
-        KEY.with_borrow_mut(|key| {
-            let state = self.read();
-            for (scope, subject) in scopes.into_iter().flatten() {
-                storage_key_into(key, scope, catalog, dependency, subject);
-                for h in state.by_key.get(key.as_str()).into_iter().flatten() {
-                    if h.active(now) {
-                        f(h);
-                    }
+        let state = self.read();
+        for (scope, subject) in scopes.into_iter().flatten() {
+            let scope = Scope {
+                scope,
+                catalog,
+                dependency,
+                subject,
+            };
+            for h in state.at(scope) {
+                if h.active(now) {
+                    f(h);
                 }
             }
-        });
+        }
     }
 
     /// The hold with `id`, if in force.
     pub fn get(&self, id: &str, now: UnixMillis) -> Option<Hold> {
         let state = self.read();
-        let key = state.by_id.get(id)?;
-        state
-            .by_key
-            .get(key)?
-            .iter()
-            .find(|h| h.id == id && h.active(now))
-            .map(|h| Hold::clone(h))
+        state.by_id(id).filter(|h| h.active(now)).map(|h| Hold::clone(h))
     }
 
     /// Every active hold, ending soonest first.
     pub fn snapshot(&self, now: UnixMillis) -> Vec<Hold> {
         let state = self.read();
-        let mut all: Vec<Hold> = state
-            .by_key
-            .values()
-            .flatten()
-            .filter(|h| h.active(now))
-            .map(|h| Hold::clone(h))
-            .collect();
+        let mut all: Vec<Hold> = state.all().filter(|h| h.active(now)).map(|h| Hold::clone(h)).collect();
         all.sort_by(|a, b| a.until.cmp(&b.until).then_with(|| a.id.cmp(&b.id)));
         all
     }
@@ -527,11 +320,11 @@ impl Mirror {
             Bound::Excluded(after)
         };
         let mut out = Vec::with_capacity(limit.min(1024));
-        for (id, key) in state.by_id.range::<str, _>((start, Bound::Unbounded)) {
+        for (id, _) in state.by_id.range::<str, _>((start, Bound::Unbounded)) {
             if out.len() >= limit {
                 break;
             }
-            let found = state.by_key.get(key).and_then(|hs| hs.iter().find(|h| *h.id == **id));
+            let found = state.by_id(id);
             if let Some(h) = found.filter(|h| h.active(now) && keep(h)) {
                 out.push(Hold::clone(h));
             }
@@ -564,11 +357,7 @@ impl Mirror {
             if out.len() >= limit {
                 break;
             }
-            let found = state
-                .by_id
-                .get(&**id)
-                .and_then(|key| state.by_key.get(key))
-                .and_then(|hs| hs.iter().find(|h| *h.id == **id));
+            let found = state.by_id(id);
             if let Some(h) = found.filter(|h| h.active(now) && keep(h)) {
                 out.push(Hold::clone(h));
             }
@@ -596,10 +385,7 @@ impl Mirror {
         } else {
             Bound::Excluded(after)
         };
-        let hold = |id: &Id| {
-            let key = state.by_id.get(&**id)?;
-            state.by_key.get(key)?.iter().find(|h| *h.id == **id)
-        };
+        let hold = |id: &Id| state.by_id(id);
         let mut last = None;
         let mut visit = |id: &Id| {
             if let Some(h) = hold(id).filter(|h| h.active(now)) {
@@ -643,8 +429,11 @@ impl Mirror {
         if self.is_empty() {
             return Merge::Place;
         }
-        let key = storage_key(plan.scope, plan.catalog, plan.dependency, plan.subject);
-        hold::merge(self.read().get(&key, plan.kind).map(|h| &**h), plan.until, now)
+        hold::merge(
+            self.read().get(Scope::of_plan(plan), plan.kind).map(|h| &**h),
+            plan.until,
+            now,
+        )
     }
 
     /// Places `plan` at `now` for an unnamed caller (see [`Self::place_by`]).
@@ -663,9 +452,8 @@ impl Mirror {
         now: UnixMillis,
         new_id: impl FnOnce() -> String,
     ) -> Placed {
-        let key = storage_key(plan.scope, plan.catalog, plan.dependency, plan.subject);
         let mut state = self.write();
-        let existing = state.get(&key, plan.kind).cloned();
+        let existing = state.get(Scope::of_plan(plan), plan.kind).cloned();
         let placed = match hold::merge(existing.as_deref(), plan.until, now) {
             // Most placements meet the hold in force and keep it: shared,
             // copied only when a new caller corroborates it.
@@ -677,7 +465,7 @@ impl Mirror {
                             rank,
                             ..Hold::clone(&h)
                         });
-                        state.insert(key, Arc::clone(&h));
+                        state.insert(Arc::clone(&h));
                         Placed::Kept(h)
                     } else {
                         Placed::Kept(h)
@@ -697,7 +485,7 @@ impl Mirror {
                     h.rule = plan.rule.to_owned();
                     h.reason = plan.reason.to_owned();
                     let h = Arc::new(h);
-                    state.insert(key, Arc::clone(&h));
+                    state.insert(Arc::clone(&h));
                     Placed::Extended(h)
                 }
                 None => Placed::Full,
@@ -713,7 +501,7 @@ impl Mirror {
                 } else {
                     h.id = new_id();
                     let h = Arc::new(h);
-                    state.insert(key, Arc::clone(&h));
+                    state.insert(Arc::clone(&h));
                     Placed::New(h)
                 }
             }
@@ -739,14 +527,7 @@ impl Mirror {
             .due
             .iter()
             .take_while(|(at, _)| *at <= now)
-            .find(|(_, id)| {
-                state
-                    .by_id
-                    .get(id)
-                    .and_then(|k| state.by_key.get(k))
-                    .and_then(|hs| hs.iter().find(|h| *h.id == **id))
-                    .is_some_and(|h| !h.active(now))
-            })
+            .find(|(_, id)| state.by_id(id).is_some_and(|h| !h.active(now)))
             .map(|(_, id)| id.clone());
         let tenant_only = newcomer.key.scope == HoldScope::Tenant;
         let ceiling = bucket_key(newcomer);
@@ -806,21 +587,21 @@ impl Mirror {
         if !hold.active(now) {
             return;
         }
-        let key = hold.key.storage_key();
         let mut state = self.write();
-        let kind = match state.get(&key, hold.kind) {
+        let scope = Scope::of_key(&hold.key);
+        let kind = match state.get(scope, hold.kind) {
             Some(h) if h.active(now) && h.until >= hold.until && h.id == hold.id => return,
             Some(h) if h.active(now) && h.until > hold.until => return,
             Some(h) if h.active(now) => HoldEventKind::Extended,
             _ => HoldEventKind::Placed,
         };
         if state.len() >= self.max_holds
-            && state.get(&key, hold.kind).is_none()
+            && state.get(scope, hold.kind).is_none()
             && !self.evict_for(&mut state, &hold, now)
         {
             return;
         }
-        state.insert(key, hold.clone());
+        state.insert(hold.clone());
         self.settle_len(&state);
         drop(state);
         self.emit(kind, &hold);
@@ -866,14 +647,7 @@ impl Mirror {
 
     /// The hold with `id`, in force or not (until the sweep).
     fn get_any(&self, id: &str) -> Option<Hold> {
-        let state = self.read();
-        let key = state.by_id.get(id)?;
-        state
-            .by_key
-            .get(key)?
-            .iter()
-            .find(|h| h.id == id)
-            .map(|h| Hold::clone(h))
+        self.read().by_id(id).map(|h| Hold::clone(h))
     }
 
     /// Whether probe slot `slot` of hold `id` is known to be taken.

@@ -258,3 +258,64 @@ fn a_dependency_page_walks_only_its_index_in_id_order_and_the_index_empties_with
     assert!(m.read().by_dep.is_empty());
     assert!(m.read().due.is_empty());
 }
+
+/// Holds are found by a hash of their scope's parts; a hash names a bucket,
+/// not a scope. With every scope hashing alike (one bucket for all), each
+/// lookup, placement, extension and lift still touches only its own scope:
+/// the holds' keys are compared, parts apart ("p" + "1acme" is not "p1" +
+/// "acme", a tenant is not a method of the same name).
+#[test]
+fn scopes_whose_hashes_meet_are_told_apart() {
+    let m = Mirror::new(100);
+    m.state.write().expect("lock").collide = true;
+    let mut id = ids();
+    let tenant = m.place(&plan(HoldScope::Tenant, "p1", "acme", 60_000), NOW, &mut id);
+    let Placed::New(tenant) = tenant else {
+        panic!("placed: {tenant:?}")
+    };
+    m.place(&plan(HoldScope::Tenant, "p", "1acme", 30_000), NOW, &mut id);
+    m.place(&plan(HoldScope::Method, "p1", "acme", 20_000), NOW, &mut id);
+    m.place(&plan(HoldScope::Dependency, "p2", "", 10_000), NOW, &mut id);
+    assert_eq!(m.len(), 4);
+    let seen = |dependency, tenant, method| -> Vec<String> {
+        let mut ids: Vec<String> = m
+            .covering("vibecode", dependency, tenant, method, NOW)
+            .iter()
+            .map(|h| h.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(seen("p1", "acme", ""), ["id1"]);
+    assert_eq!(seen("p", "1acme", ""), ["id2"]);
+    assert_eq!(seen("p1", "globex", "acme"), ["id3"]);
+    assert_eq!(seen("p1", "acme", "acme"), ["id1", "id3"]);
+    assert_eq!(seen("p2", "acme", "acme"), ["id4"]);
+    assert!(seen("p3", "acme", "acme").is_empty());
+    assert!(
+        m.covering("other", "p1", "acme", "acme", NOW).is_empty(),
+        "another catalog"
+    );
+    // Extending one scope's hold leaves the others as they were.
+    let ext = m.place(&plan(HoldScope::Tenant, "p1", "acme", 120_000), NOW, &mut id);
+    assert!(matches!(ext, Placed::Extended(ref h) if h.id == tenant.id));
+    assert_eq!(m.get("id2", NOW).expect("id2").until, NOW.plus_ms(30_000));
+    assert_eq!(m.len(), 4);
+    // Another kind on the same scope is a second hold, not a replacement.
+    let quota = HoldPlan {
+        kind: HoldKind::QuotaStop,
+        ..plan(HoldScope::Tenant, "p1", "acme", 5_000)
+    };
+    assert!(matches!(m.place(&quota, NOW, &mut id), Placed::New(_)));
+    assert_eq!(m.len(), 5);
+    // Lifting one leaves its bucket-mates in force.
+    assert!(m.lift("id1").is_some());
+    assert_eq!(seen("p1", "acme", "acme"), ["id3", "id5"]);
+    assert_eq!(seen("p", "1acme", ""), ["id2"]);
+    let all: Vec<String> = m.snapshot(NOW).into_iter().map(|h| h.id).collect();
+    assert_eq!(all, ["id5", "id4", "id3", "id2"], "ending soonest first");
+    assert_eq!(m.page("", 10, NOW, |_| true).len(), 4);
+    assert_eq!(m.sweep(NOW.plus_ms(25_000)), 3);
+    assert_eq!(seen("p", "1acme", ""), ["id2"]);
+    assert_eq!(m.len(), 1);
+}
