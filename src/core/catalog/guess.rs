@@ -3,7 +3,7 @@
 //! silently getting the unknown-code answer. Pure and allocation-free: it
 //! runs on the decision path of every unknown code.
 
-use super::Catalog;
+use super::{Catalog, CodeEntry};
 
 /// Most edits between an unknown code and the spelling it is taken for.
 pub const MAX_EDITS: usize = 2;
@@ -24,12 +24,12 @@ impl Catalog {
             return None;
         }
         let mut best: Option<(usize, &str)> = None;
-        for spelling in self
-            .codes
-            .iter()
-            .flat_map(|e| std::iter::once(&e.code).chain(e.aliases.iter()))
-        {
+        let letters = letters_of(code);
+        for (spelling, &theirs) in spellings(&self.codes).zip(self.spelling_letters.iter()) {
             let limit = best.map_or(MAX_EDITS, |(d, _)| d - 1);
+            if letters_apart(letters, theirs) > limit {
+                continue;
+            }
             let Some(d) = edits_within(code, spelling.as_bytes(), limit) else {
                 continue;
             };
@@ -42,6 +42,35 @@ impl Catalog {
         }
         best.map(|(_, s)| s)
     }
+}
+
+/// Every code and alias of `codes`, each code before its aliases.
+fn spellings(codes: &[CodeEntry]) -> impl Iterator<Item = &str> {
+    codes
+        .iter()
+        .flat_map(|e| std::iter::once(&*e.code).chain(e.aliases.iter().map(|a| &**a)))
+}
+
+/// [`letters_of`] each of [`spellings`], in its order: kept with the
+/// catalog, so a guess reads them instead of scanning every spelling.
+pub(super) fn spelling_letters(codes: &[CodeEntry]) -> Box<[u64]> {
+    spellings(codes).map(|s| letters_of(s.as_bytes())).collect()
+}
+
+/// The characters `s` uses, as bits (ASCII case ignored; characters
+/// sharing their low six bits share a bit, which only weakens the bound).
+fn letters_of(s: &[u8]) -> u64 {
+    s.iter().fold(0, |m, b| m | 1 << (b.to_ascii_uppercase() & 63))
+}
+
+/// A lower bound on the edits between two strings using `a` and `b`: each
+/// character one uses and the other lacks takes an edit of its own (a
+/// deletion or substitution on one side, an insertion or substitution on
+/// the other; a swap adds or removes none). Most spellings are rejected by
+/// it at a few instructions, before the distance is computed: an unknown
+/// code is compared with every spelling of its catalog.
+fn letters_apart(a: u64, b: u64) -> usize {
+    (a & !b).count_ones().max((b & !a).count_ones()) as usize
 }
 
 /// The optimal-string-alignment distance of `a` and `b` (ASCII case
@@ -145,6 +174,17 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The letters' bound never exceeds the distance, so no guess is
+        /// lost to it.
+        #[test]
+        fn the_letters_bound_is_a_lower_bound(
+            a in "[A-Da-d0_]{0,10}",
+            b in "[A-Da-d0_]{0,10}",
+        ) {
+            let d = full_table(a.as_bytes(), b.as_bytes());
+            proptest::prop_assert!(letters_apart(letters_of(a.as_bytes()), letters_of(b.as_bytes())) <= d);
+        }
+
         /// The band gives the whole table's distance whenever it is within the limit.
         #[test]
         fn the_band_agrees_with_the_whole_table(
@@ -158,6 +198,32 @@ mod tests {
                 (full <= limit).then_some(full)
             );
         }
+    }
+
+    /// Every spelling of every embedded catalog, one character off, is
+    /// still guessed (as itself or an equally close spelling): the letters
+    /// kept per spelling line up with the spellings, and skip none that
+    /// the distance would have named.
+    #[test]
+    fn every_spelling_one_edit_off_is_guessed() {
+        let p = Policy::embedded().expect("embedded");
+        let mut checked = 0;
+        for catalog in p.catalogs() {
+            assert_eq!(spellings(&catalog.codes).count(), catalog.spelling_letters.len());
+            for spelling in spellings(&catalog.codes).filter(|s| s.len() >= 6) {
+                let mut typo = spelling.as_bytes().to_vec();
+                typo[spelling.len() / 2] = b'#';
+                let typo = String::from_utf8(typo).expect("ascii");
+                let guessed = catalog.guess(&typo).unwrap_or_else(|| panic!("no guess for {typo}"));
+                assert_eq!(
+                    edits_within(typo.as_bytes(), guessed.as_bytes(), 1),
+                    Some(1),
+                    "{typo} -> {guessed}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 40, "only {checked} spellings");
     }
 
     #[test]

@@ -171,6 +171,9 @@ pub struct Catalog {
     read_words: Vec<Box<str>>,
     write_words: Vec<Box<str>>,
     codes: Vec<CodeEntry>,
+    /// The characters of each code and alias, in `codes`' order (code,
+    /// then its aliases): "did you mean" skips most spellings by them.
+    spelling_letters: Box<[u64]>,
     index: FxHashMap<Box<str>, usize>,
     unknown: CodeEntry,
     no_envelope: CodeEntry,

@@ -182,6 +182,7 @@ impl Compiler<'_> {
             budgets,
             read_words,
             write_words,
+            spelling_letters: super::super::guess::spelling_letters(&codes),
             codes,
             index,
             unknown: unknown.unwrap_or_else(placeholder_entry),
