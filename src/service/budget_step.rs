@@ -37,13 +37,13 @@ pub(super) fn judge_budget<'a>(
     policy: &'a Policy,
     standing: &mut impl Budgeting,
     f: &Failure<'a>,
-    d: Decision<'a>,
+    d: &mut Decision<'a>,
     hold_floor: Option<UnixMillis>,
     now: UnixMillis,
-) -> Result<(Decision<'a>, Option<Judged>), DecideError> {
+) -> Result<Option<Judged>, DecideError> {
     let rules = budget_rules(policy, d.catalog);
     if rules.is_empty() || d.verdict != Verdict::RetryWithLimit || f.dependency.is_empty() {
-        return Ok((d, None));
+        return Ok(None);
     }
     let scope = ScopeOf {
         catalog: d.catalog,
@@ -51,10 +51,9 @@ pub(super) fn judge_budget<'a>(
         tenant: f.tenant,
     };
     let judged = standing.budget(rules, scope, now);
-    let mut d = d;
     let mut deferred = false;
     if let Some(j) = judged.as_ref().filter(|j| j.standing.exhausted) {
-        let room = now.plus_ms(paced_wait_ms(policy, &d, j));
+        let room = now.plus_ms(paced_wait_ms(policy, d, j));
         let floor = match hold_floor {
             Some(h) if h >= room => Floor {
                 until: h,
@@ -66,7 +65,7 @@ pub(super) fn judge_budget<'a>(
             },
         };
         let warnings = d.warnings;
-        d = crate::core::decide_floored(policy, f, now, Some(floor))?;
+        *d = crate::core::decide_floored(policy, f, now, Some(floor))?;
         for w in warnings.iter() {
             d.warnings.add(w);
         }
@@ -94,7 +93,7 @@ pub(super) fn judge_budget<'a>(
         deferred: j.standing.deferred.saturating_add(u64::from(deferred)),
         next_room_at: j.standing.room_at,
     });
-    Ok((d, judged))
+    Ok(judged)
 }
 
 /// How long the deferral of `d` by the spent budget `j` waits: the

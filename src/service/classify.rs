@@ -141,7 +141,8 @@ impl Service {
         let mut seen = ScopeHolds::default();
         for i in 0..n {
             let (f, notes) = failure(i);
-            match self.decide_one(&policy, &f, notes, now, caller, Some(&mut seen), |field| {
+            // Matched by reference: a decision is large, and a move is a copy.
+            match &self.decide_one(&policy, &f, notes, now, caller, Some(&mut seen), |field| {
                 format!("failures[{i}].{field}")
             }) {
                 Ok(d) => {
@@ -152,7 +153,7 @@ impl Service {
                 }
                 Err(v) => {
                     summary.errors += 1;
-                    item(i, Err(&v));
+                    item(i, Err(v));
                 }
             }
         }

@@ -250,7 +250,8 @@ pub fn decide<'a>(
     if let Some(floor) = hold_floor {
         d = crate::core::decide_held(policy, f, now, Some(floor))?;
     }
-    let (mut d, budget) = super::budget_step::judge_budget(policy, standing, f, d, hold_floor, now)?;
+    // The decision is amended in place: it is large, and each move is a copy.
+    let budget = super::budget_step::judge_budget(policy, standing, f, &mut d, hold_floor, now)?;
     if rate_limited {
         d.warnings.add(Warning::HoldRateLimited);
     }
