@@ -8,7 +8,9 @@
 #   RETRYD_BIN=… RETRYD_LOAD=… bench/fleet_callgrind.sh   # binaries already built
 #
 # For each of: health Check, Admit (no hold in force), Classify with
-# --state memory, Classify with --state redis://… (a real redis-server), it
+# --state memory, Classify with --state redis://… (a real redis-server), and
+# ClassifyBatch x1000 with --state memory (c=4, 6 warm-up and 40 counted
+# batches, divided per item), it
 # starts the release `retryd serve` under valgrind --tool=callgrind, warms it
 # with 2 000 calls, zeroes the counters, sends --calls calls with retryd-load
 # (c=50, 1 connection; the realistic mix of src/bin/retryd-load/workload.rs,
@@ -59,9 +61,12 @@ PIDS+=($!)
 for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 commands() { redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[=,:]' '/^cmdstat_/ && $1 != "cmdstat_info" { n += $3 } END { print n + 0 }'; }
 
-# measure NAME STATE CALL: prints "NAME instructions-per-call [redis-commands-per-call]".
+# measure NAME STATE CALL [CONCURRENCY WARM-UP CALLS PER-CALL]: prints "NAME
+# instructions-per-unit redis-commands-per-unit", the unit a call, or a
+# decision when PER-CALL (a batch's items) is given.
 measure() {
   local name="$1" state="$2" call="$3" port logf out pid
+  local conc="${4:-50}" warm="${5:-2000}" calls="${6:-$CALLS}" per="${7:-1}"
   port="$(free_port)"
   logf="$WORK/$name.log"
   out="$WORK/$name.callgrind"
@@ -71,11 +76,11 @@ measure() {
   PIDS+=("$pid")
   for _ in $(seq 600); do grep -q "listening on" "$logf" && break; sleep 0.1; done
   grep -q "listening on" "$logf" || { cat "$logf" >&2; exit 1; }
-  "$LOAD" --addr "http://127.0.0.1:$port" --call "$call" -c 50 --connections 1 -n 2000 --json >/dev/null
+  "$LOAD" --addr "http://127.0.0.1:$port" --call "$call" -c "$conc" --connections 1 -n "$warm" --json >/dev/null
   callgrind_control -z "$pid" >/dev/null
   local c0
   c0="$(commands)"
-  "$LOAD" --addr "http://127.0.0.1:$port" --call "$call" -c 50 --connections 1 -n "$CALLS" --json >"$WORK/$name.json"
+  "$LOAD" --addr "http://127.0.0.1:$port" --call "$call" -c "$conc" --connections 1 -n "$calls" --json >"$WORK/$name.json"
   local c1
   c1="$(commands)"
   callgrind_control -d "$pid" >/dev/null
@@ -83,7 +88,8 @@ measure() {
   kill "$pid"; wait "$pid" 2>/dev/null || true
   local ir
   ir="$(grep -h '^summary:' "$out".* | awk '{ s += $2 } END { print s }')"
-  python3 -c "import sys; print('$name', round($ir / $CALLS), round(($c1 - $c0) / $CALLS, 4))"
+  local units=$((calls * per))
+  python3 -c "import sys; print('$name', round($ir / $units), round(($c1 - $c0) / $units, 4))"
 }
 
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
@@ -92,12 +98,16 @@ REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
   measure admit memory admit
   measure classify-memory memory classify
   measure classify-redis "$REDIS_URL" classify
+  # 1 000 items a call (retryd-load's default), 4 in flight, 40 counted.
+  measure batch-memory memory batch 4 6 40 1000
 } | tee "$WORK/table"
 python3 - "$WORK/table" <<'EOF'
 import sys
 rows = {l.split()[0]: (int(l.split()[1]), float(l.split()[2])) for l in open(sys.argv[1]) if l.strip()}
 h, a, m, r = rows["health"][0], rows["admit"][0], rows["classify-memory"][0], rows["classify-redis"][0]
+print(f"Classify (memory) / health:     {m / h:.2f}  (target <= 1.10, issue #30)")
 print(f"Admit (no hold) / health Check: {a / h:.2f}  (target <= 1.10)")
+print(f"ClassifyBatch x1000, per item:  {rows['batch-memory'][0]}")
 print(f"Classify redis / memory:        {r / m:.2f}  (target <= 1.10)")
 print(f"Redis commands per Classify:    {rows['classify-redis'][1]:.4f}  (target <= 0.01)")
 EOF
