@@ -320,11 +320,11 @@ impl Mirror {
             Bound::Excluded(after)
         };
         let mut out = Vec::with_capacity(limit.min(1024));
-        for (id, _) in state.by_id.range::<str, _>((start, Bound::Unbounded)) {
+        for (id, hash) in state.by_id.range::<str, _>((start, Bound::Unbounded)) {
             if out.len() >= limit {
                 break;
             }
-            let found = state.by_id(id);
+            let found = state.in_bucket(*hash, id);
             if let Some(h) = found.filter(|h| h.active(now) && keep(h)) {
                 out.push(Hold::clone(h));
             }

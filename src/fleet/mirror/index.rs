@@ -163,8 +163,13 @@ impl State {
 
     /// The hold with `id`, in force or not (until the sweep).
     pub fn by_id(&self, id: &str) -> Option<&Arc<Hold>> {
-        let hash = self.by_id.get(id)?;
-        self.by_scope.get(hash)?.iter().find(|h| h.id == id)
+        self.in_bucket(*self.by_id.get(id)?, id)
+    }
+
+    /// The hold `id` in the bucket of scope hash `hash` (a walk of `by_id`
+    /// has both at hand: no second look-up of the id).
+    pub fn in_bucket(&self, hash: u64, id: &str) -> Option<&Arc<Hold>> {
+        self.by_scope.get(&hash)?.iter().find(|h| h.id == id)
     }
 
     /// Every hold, in no order.
