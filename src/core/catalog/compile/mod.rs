@@ -49,18 +49,23 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
         max_delay_ms: DEFAULT_MAX_DELAY_MS,
         has_quota: false,
     };
-    let mut errors: Vec<CatalogError> = syntax
+    let mut located: Vec<_> = syntax
         .iter()
-        .map(|e| CatalogError {
+        .map(|e| (e.span().map(|s| lines.line(s.start)), e))
+        .collect();
+    // The parser's first complaint about a line is the one that says what
+    // is wrong; the others on that line follow from it (and are dropped
+    // before their messages are formatted: garbage gives many per line).
+    located.dedup_by(|later, first| later.0.is_some() && later.0 == first.0);
+    let mut errors: Vec<CatalogError> = located
+        .into_iter()
+        .map(|(line, e)| CatalogError {
             file: file.to_owned(),
-            line: e.span().map(|s| lines.line(s.start)),
+            line,
             key: String::new(),
             message: format!("TOML syntax: {}", one_line(e.message())),
         })
         .collect();
-    // The parser's first complaint about a line is the one that says what
-    // is wrong; the others on that line follow from it.
-    errors.dedup_by(|later, first| later.line.is_some() && later.line == first.line);
     let mut syntax_lines: Vec<usize> = errors.iter().filter_map(|e| e.line).collect();
     syntax_lines.sort_unstable();
     syntax_lines.dedup();
@@ -108,7 +113,11 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
 }
 
 fn one_line(message: &str) -> String {
-    message.trim().lines().map(str::trim).collect::<Vec<_>>().join("; ")
+    let message = message.trim();
+    if !message.contains('\n') {
+        return message.to_owned();
+    }
+    message.lines().map(str::trim).collect::<Vec<_>>().join("; ")
 }
 
 /// `parent.key`, or `key` at the top.
