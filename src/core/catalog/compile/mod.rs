@@ -113,11 +113,7 @@ pub fn compile_catalog(file: &str, text: &str) -> Result<Catalog, Vec<CatalogErr
 }
 
 fn one_line(message: &str) -> String {
-    let message = message.trim();
-    if !message.contains('\n') {
-        return message.to_owned();
-    }
-    message.lines().map(str::trim).collect::<Vec<_>>().join("; ")
+    message.trim().lines().map(str::trim).collect::<Vec<_>>().join("; ")
 }
 
 /// `parent.key`, or `key` at the top.
