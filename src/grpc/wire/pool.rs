@@ -439,6 +439,34 @@ pub(super) mod tests {
             prop_assert_eq!(decode_batch_request(req.encode_to_vec().as_slice()).expect("decodes"), req);
         }
 
+        /// String fields given in any number and order, of any length, with
+        /// any Unicode or a raw byte anywhere: the same message or refusal
+        /// as prost.
+        #[test]
+        fn many_and_long_strings_decode_as_prost_does(
+            fields in proptest::collection::vec(
+                (prop::sample::select(vec![1u8, 2, 4, 7, 10, 14, 15, 17, 19]), ".{0,150}", any::<bool>(), any::<u8>()),
+                0..40,
+            ),
+        ) {
+            let mut body = Vec::new();
+            for (tag, text, raw, byte) in &fields {
+                prost::encoding::encode_varint(u64::from((tag << 3) | 2), &mut body);
+                let mut value = text.as_bytes().to_vec();
+                if *raw {
+                    // Often not UTF-8 then, or only with its neighbour.
+                    let at = usize::from(*byte) % (value.len() + 1);
+                    value.insert(at, *byte);
+                }
+                prost::encoding::encode_varint(value.len() as u64, &mut body);
+                body.extend_from_slice(&value);
+            }
+            let mut wire = vec![0x0A];
+            prost::encoding::encode_varint(body.len() as u64, &mut wire);
+            wire.extend_from_slice(&body);
+            same_as_prost(decode_batch_request(wire.as_slice()), &wire)?;
+        }
+
         /// Failures with any strings (any Unicode, empty or not) and any
         /// numbers, whole, cut anywhere, or split across two chunks (the
         /// fast path then steps aside for prost's merge): the same message
