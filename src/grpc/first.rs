@@ -36,6 +36,7 @@ use super::service::RetryDecisionApi;
 use super::wire::answer::FRAME_HEADER;
 use super::wire::codec::{Pooled, invalid_message, message_len, second_message};
 use super::wire::encoded::{Encoded, EncodedAdmit};
+use crate::doors::headers::{GRPC_ENCODING, GRPC_STATUS};
 
 /// The path of ClassifyBatch, which [`BytesFirst`] serves.
 pub const CLASSIFY_BATCH_PATH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";
@@ -175,7 +176,7 @@ where
 {
     if let Some(encoding) = req
         .headers()
-        .get("grpc-encoding")
+        .get(&GRPC_ENCODING)
         .filter(|v| v.as_bytes() != b"identity")
     {
         let mut status = Status::unimplemented(format!(
@@ -303,7 +304,7 @@ impl Body for AnswerBody {
         }
         self.trailers_sent = true;
         let mut trailers = http::HeaderMap::with_capacity(1);
-        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        trailers.insert(GRPC_STATUS.clone(), http::HeaderValue::from_static("0"));
         Poll::Ready(Some(Ok(Frame::trailers(trailers))))
     }
 

@@ -17,6 +17,8 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
+use crate::doors::headers::GRPC_TIMEOUT;
+
 /// Layer applying [`Wire`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WireLayer;
@@ -89,7 +91,7 @@ fn check<RB: Default>(
         *r.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
         return Err(r);
     }
-    match headers.get("grpc-timeout").map(|t| parse_timeout(t.as_bytes())) {
+    match headers.get(&GRPC_TIMEOUT).map(|t| parse_timeout(t.as_bytes())) {
         None => Ok(None),
         Some(Ok(deadline)) => Ok(Some(deadline)),
         Some(Err(e)) => Err(tonic::Status::internal(format!("malformed grpc-timeout: {e}")).into_http()),

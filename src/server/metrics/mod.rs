@@ -41,6 +41,7 @@ use tower::{Layer, Service};
 
 use super::drain::{ABANDONED_TOTAL, InFlight, InFlightGuard};
 use super::reload::{LAST_RELOAD_SUCCESSFUL, POLICY_INFO, RELOAD_TOTAL};
+use crate::doors::headers::GRPC_STATUS;
 use crate::doors::overload::SHED_TOTAL;
 use crate::service::classify::{BATCH_ITEMS, DECISIONS_TOTAL, UNKNOWN_CODES_TOTAL};
 
@@ -626,7 +627,7 @@ where
             Ok(response) => {
                 let mut pending = Pending(this.pending.0.take());
                 // A trailers-only response (an error) carries the status in its headers.
-                if let Some(status) = response.headers().get("grpc-status") {
+                if let Some(status) = response.headers().get(&GRPC_STATUS) {
                     pending.finish(code_index(Some(status)));
                 }
                 let sent = this.sent.take();
@@ -668,7 +669,7 @@ where
                     sent.feed(data.as_ref());
                 }
                 if let Some(trailers) = f.trailers_ref() {
-                    this.pending.finish(code_index(trailers.get("grpc-status")));
+                    this.pending.finish(code_index(trailers.get(&GRPC_STATUS)));
                 }
             }
             Some(Err(_)) | None => this.pending.finish(UNKNOWN),
