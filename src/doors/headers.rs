@@ -2,8 +2,8 @@
 //!
 //! Why: a name given as `&str` is parsed and checked at each use. Under
 //! callgrind, `HeaderMap::get("grpc-status")` cost 330–390 instructions and
-//! inserting `"grpc-status"` 580, about 2 k a Classify over its four uses; a
-//! `HeaderName` is only hashed and looked up.
+//! inserting `"grpc-status"` 580, 1.7 k a Classify over its four uses; a
+//! `HeaderName` is only hashed and looked up (1.1 k a Classify saved).
 
 use http::HeaderName;
 
