@@ -6,14 +6,12 @@
 //! - who is calling: peer addresses, certificate identities and operators
 //!   ([`peers`]);
 //! - observation: OpenTelemetry spans ([`traces`]);
-//! - the gRPC header names every call reads or writes ([`headers`]);
 //! - presentation: the one JSON form of a decision and a hold ([`json`]) and
 //!   the text and ASC forms ([`render`]), which the CLI prints too.
 //!
 //! Neither door imports the other; both import this.
 
 pub mod answer;
-pub mod headers;
 pub mod json;
 pub mod ledger;
 pub mod overload;

@@ -36,7 +36,7 @@ use super::service::RetryDecisionApi;
 use super::wire::answer::FRAME_HEADER;
 use super::wire::codec::{Pooled, invalid_message, message_len, second_message};
 use super::wire::encoded::{Encoded, EncodedAdmit};
-use crate::doors::headers::{GRPC_ENCODING, GRPC_STATUS};
+use super::wire::headers::{GRPC_ENCODING, GRPC_STATUS};
 
 /// The path of ClassifyBatch, which [`BytesFirst`] serves.
 pub const CLASSIFY_BATCH_PATH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";

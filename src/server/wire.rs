@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
-use crate::doors::headers::GRPC_TIMEOUT;
+use crate::grpc::wire::headers::GRPC_TIMEOUT;
 
 /// Layer applying [`Wire`].
 #[derive(Debug, Clone, Copy, Default)]

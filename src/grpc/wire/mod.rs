@@ -3,13 +3,15 @@
 //! `docs/performance.md`): a codec that decodes ClassifyBatch requests into
 //! pooled storage ([`codec`], [`pool`]), ClassifyBatch answers written as
 //! bytes straight from the core's decisions ([`answer`], [`encoded`]),
-//! and pooled Classify requests and answers ([`unary_pool`]). They follow
+//! pooled Classify requests and answers ([`unary_pool`]), and the gRPC
+//! header names every call reads or writes, made once ([`headers`]). They follow
 //! prost's encoding byte for byte (proptests check it), so this folder is
 //! the one place that depends on prost's version.
 
 pub mod answer;
 pub mod codec;
 pub mod encoded;
+pub mod headers;
 pub mod pool;
 pub mod unary_pool;
 

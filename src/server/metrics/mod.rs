@@ -41,8 +41,8 @@ use tower::{Layer, Service};
 
 use super::drain::{ABANDONED_TOTAL, InFlight, InFlightGuard};
 use super::reload::{LAST_RELOAD_SUCCESSFUL, POLICY_INFO, RELOAD_TOTAL};
-use crate::doors::headers::GRPC_STATUS;
 use crate::doors::overload::SHED_TOTAL;
+use crate::grpc::wire::headers::GRPC_STATUS;
 use crate::service::classify::{BATCH_ITEMS, DECISIONS_TOTAL, UNKNOWN_CODES_TOTAL};
 
 /// Counter of calls received.
