@@ -160,6 +160,37 @@ async fn ui_listen_serves_the_pages_and_their_routes_only() {
         .await;
         assert_eq!(status, 404, "{path} is not the console's: {body}");
     }
+    // Nor a decision call made over gRPC's path: the console's listener
+    // passes every call on to its own routes, which have none. (A decision
+    // served here would be a 200 whose trailers HTTP/1.1 drops.)
+    let classify = retryd::grpc::pb::ClassifyRequest {
+        failure: Some(Box::new(retryd::grpc::pb::Failure {
+            catalog: "grpc".into(),
+            code: "UNAVAILABLE".into(),
+            ..Default::default()
+        })),
+        locale: String::new(),
+    };
+    let message = prost::Message::encode_to_vec(&classify);
+    let mut framed = vec![0];
+    framed.extend_from_slice(&u32::try_from(message.len()).expect("small").to_be_bytes());
+    framed.extend_from_slice(&message);
+    let (status, headers, body) = send(
+        client()
+            .post(format!("{console}/retryd.v1.RetryDecisionService/Classify"))
+            .header("content-type", "application/grpc")
+            .body(std::mem::take(&mut framed)),
+    )
+    .await;
+    assert_ne!(
+        headers.get("grpc-status").map(|v| v.to_str().unwrap_or_default()),
+        Some("0"),
+        "status {status}, {headers:?}: {body}"
+    );
+    assert!(
+        status == 404 || headers.contains_key("grpc-status"),
+        "status {status}: {body}"
+    );
     let (status, _, _) = send(
         client()
             .post(format!("{}/v1/classify", server.url()))

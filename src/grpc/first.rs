@@ -15,6 +15,12 @@
 //!   the bytes into its buffer and run its encoding state machine: ~2.3 k
 //!   instructions a Classify, and a 1 000-item answer (300 KB) copied.
 //!
+//! The server's admission layer reads every request whole before it takes
+//! a call slot, so it calls [`Direct`] with the bytes it read, and the
+//! three calls skip the router and [`BytesFirst`] (about 5 k instructions a
+//! Classify, callgrind): [`BytesFirst`] serves them for a server built
+//! without that layer, through the same [`Direct`].
+//!
 //! The generated methods stay, for a server built without this layer and
 //! for the library: they decode the same bytes into the message.
 
@@ -47,16 +53,128 @@ pub const ADMIT_PATH: &str = "/retryd.v1.RetryDecisionService/Admit";
 /// The path of Classify, which [`BytesFirst`] serves.
 pub const CLASSIFY_PATH: &str = "/retryd.v1.RetryDecisionService/Classify";
 
+/// The three methods served from bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `/retryd.v1.RetryDecisionService/Classify`
+    Classify,
+    /// `/retryd.v1.RetryDecisionService/ClassifyBatch`
+    ClassifyBatch,
+    /// `/retryd.v1.RetryDecisionService/Admit`
+    Admit,
+}
+
+impl Method {
+    /// The method served at `path`, if it is one of the three.
+    pub fn of(path: &str) -> Option<Method> {
+        match path {
+            CLASSIFY_PATH => Some(Method::Classify),
+            CLASSIFY_BATCH_PATH => Some(Method::ClassifyBatch),
+            ADMIT_PATH => Some(Method::Admit),
+            _ => None,
+        }
+    }
+
+    /// The method's path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Method::Classify => CLASSIFY_PATH,
+            Method::ClassifyBatch => CLASSIFY_BATCH_PATH,
+            Method::Admit => ADMIT_PATH,
+        }
+    }
+}
+
+/// A unary call answered: the response's headers (the call's metadata and
+/// `content-type`), its extensions, and the one message, framed (header
+/// and bytes), to be sent as one data frame before the trailers of an OK
+/// status.
+#[derive(Debug)]
+pub struct Answered {
+    /// The response's headers.
+    pub headers: http::HeaderMap,
+    /// The response's extensions.
+    pub extensions: http::Extensions,
+    /// The framed message.
+    pub message: Bytes,
+}
+
+impl Answered {
+    /// The whole response: the message, then the trailers of an OK status
+    /// ([`AnswerBody`]).
+    pub fn into_response(self) -> http::Response<tonic::body::Body> {
+        let mut response = http::Response::new(tonic::body::Body::new(AnswerBody::new(self.message)));
+        *response.headers_mut() = self.headers;
+        *response.extensions_mut() = self.extensions;
+        response
+    }
+}
+
+/// Classify, ClassifyBatch and Admit served from a request already read
+/// whole: the request's head and its bytes in, the answer out. The
+/// server's admission layer, which reads every request whole before it
+/// takes a call slot, calls this directly; [`BytesFirst`] calls it for a
+/// server built without that layer (and for the library).
+#[derive(Debug, Clone)]
+pub struct Direct {
+    api: Arc<RetryDecisionApi>,
+    limit: usize,
+}
+
+impl Direct {
+    /// `api` answering, requests over `limit` bytes refused as the
+    /// generated server refuses them.
+    pub fn new(api: Arc<RetryDecisionApi>, limit: usize) -> Self {
+        Direct { api, limit }
+    }
+
+    /// Serves `method` for the request of head `parts` and bytes `framed`
+    /// (the whole body: one gRPC message, header and bytes), as tonic's
+    /// `Grpc::unary` does with no compression enabled: a compressed request
+    /// is refused as tonic refuses it, the one message is decoded under the
+    /// limit, and an error is the status to answer with (trailers only).
+    pub fn serve(
+        &self,
+        method: Method,
+        parts: http::request::Parts,
+        framed: Bytes,
+    ) -> impl Future<Output = Result<Answered, Status>> + Send + 'static {
+        let api = Arc::clone(&self.api);
+        let limit = self.limit;
+        async move {
+            refuse_compressed(&parts.headers)?;
+            let message = one_message(&framed, limit)?;
+            match method {
+                Method::Classify => answer(parts, message, |r| async move { api.classify_call(r).await }).await,
+                Method::ClassifyBatch => {
+                    answer(parts, message, |r| async move { api.classify_batch_call(r).await }).await
+                }
+                Method::Admit => {
+                    // The generated trait's method; its message encoded here (small: no hold, or one).
+                    answer(parts, message, |r| async move {
+                        let (metadata, answer, extensions) = api.admit(r).await?.into_parts();
+                        Ok(Response::from_parts(
+                            metadata,
+                            EncodedAdmit::encode(&answer),
+                            extensions,
+                        ))
+                    })
+                    .await
+                }
+            }
+        }
+    }
+}
+
 /// The generated server `S`, with Classify, ClassifyBatch and Admit served
-/// ahead of it by [`RetryDecisionApi::classify_call`],
+/// ahead of it by [`Direct`] ([`RetryDecisionApi::classify_call`],
 /// [`RetryDecisionApi::classify_batch_call`] and the generated trait's
-/// `admit`: the same request decoding and size limit, answers that are
+/// `admit`): the same request decoding and size limit, answers that are
 /// bytes.
 #[derive(Debug, Clone)]
 pub struct BytesFirst<S> {
     inner: S,
-    api: Arc<RetryDecisionApi>,
-    max_decoding_message_size: usize,
+    direct: Direct,
 }
 
 impl<S> BytesFirst<S> {
@@ -66,9 +184,14 @@ impl<S> BytesFirst<S> {
     pub fn new(inner: S, api: Arc<RetryDecisionApi>, max_decoding_message_size: usize) -> Self {
         BytesFirst {
             inner,
-            api,
-            max_decoding_message_size,
+            direct: Direct::new(api, max_decoding_message_size),
         }
+    }
+
+    /// What serves the three methods, for a layer that has read the request
+    /// already (the server's admission layer).
+    pub fn direct(&self) -> Direct {
+        self.direct.clone()
     }
 }
 
@@ -96,104 +219,67 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let limit = self.max_decoding_message_size;
-        match req.uri().path() {
-            CLASSIFY_PATH => {
-                let api = Arc::clone(&self.api);
-                Box::pin(unary(move |r| async move { api.classify_call(r).await }, limit, req))
+        match Method::of(req.uri().path()) {
+            Some(method) => {
+                let direct = self.direct.clone();
+                Box::pin(async move {
+                    let served = async {
+                        // Refused before the body is read, as tonic refuses it.
+                        refuse_compressed(req.headers())?;
+                        let (parts, body) = req.into_parts();
+                        let framed = read_body(body, direct.limit).await?;
+                        direct.serve(method, parts, framed).await
+                    };
+                    Ok(match served.await {
+                        Ok(answered) => answered.into_response(),
+                        Err(status) => status.into_http(),
+                    })
+                })
             }
-            CLASSIFY_BATCH_PATH => {
-                let api = Arc::clone(&self.api);
-                Box::pin(unary(
-                    move |r| async move { api.classify_batch_call(r).await },
-                    limit,
-                    req,
-                ))
-            }
-            ADMIT_PATH => {
-                let api = Arc::clone(&self.api);
-                // The generated trait's method; its message encoded here (small: no hold, or one).
-                Box::pin(unary(
-                    move |r| async move {
-                        let (metadata, answer, extensions) = api.admit(r).await?.into_parts();
-                        Ok(Response::from_parts(
-                            metadata,
-                            EncodedAdmit::encode(&answer),
-                            extensions,
-                        ))
-                    },
-                    limit,
-                    req,
-                ))
-            }
-            _ => self.inner.call(req),
+            None => self.inner.call(req),
         }
     }
 }
 
-/// Serves `req` as the unary method `call`, as tonic's `Grpc::unary`
-/// does with no compression enabled: a compressed request is refused as
-/// tonic refuses it, the one message is decoded under `limit`, and any
-/// error is a trailers-only answer. The answer is [`AnswerBody`].
-async fn unary<T, U, B, F, Fut>(
-    call: F,
-    limit: usize,
-    req: http::Request<B>,
-) -> Result<http::Response<tonic::body::Body>, Infallible>
+/// A request compressed (any `grpc-encoding` but `identity`) refused as
+/// tonic refuses it when no compression is enabled.
+fn refuse_compressed(headers: &http::HeaderMap) -> Result<(), Status> {
+    let Some(encoding) = headers.get(&GRPC_ENCODING).filter(|v| v.as_bytes() != b"identity") else {
+        return Ok(());
+    };
+    let mut status = Status::unimplemented(format!(
+        "Content is compressed with `{}` which isn't supported",
+        String::from_utf8_lossy(encoding.as_bytes())
+    ));
+    status.metadata_mut().insert(
+        "grpc-accept-encoding",
+        tonic::metadata::MetadataValue::from_static("identity"),
+    );
+    Err(status)
+}
+
+/// The call `call` made with `message` (decoded into `U`) and the head
+/// `parts`; its answer's headers are its metadata and `content-type`.
+async fn answer<T, U, F, Fut>(parts: http::request::Parts, message: &[u8], call: F) -> Result<Answered, Status>
 where
     T: Encoded,
     U: Pooled + Send + 'static,
-    B: Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
     F: FnOnce(Request<U>) -> Fut,
     Fut: Future<Output = Result<Response<T>, Status>>,
 {
-    let request = match decode::<U, B>(req, limit).await {
-        Ok(r) => r,
-        Err(status) => return Ok(status.into_http()),
-    };
-    let (metadata, answer, extensions) = match call(request).await {
-        Ok(r) => r.into_parts(),
-        Err(status) => return Ok(status.into_http()),
-    };
-    let mut response = http::Response::new(tonic::body::Body::new(AnswerBody::new(answer.into_frame())));
-    *response.headers_mut() = metadata.into_headers();
-    response.headers_mut().insert(
+    let message = U::decode_pooled(message).map_err(invalid_message)?;
+    let request = Request::from_http(http::Request::from_parts(parts, message));
+    let (metadata, answer, extensions) = call(request).await?.into_parts();
+    let mut headers = metadata.into_headers();
+    headers.insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/grpc"),
     );
-    *response.extensions_mut() = extensions;
-    Ok(response)
-}
-
-/// The request's one message and its metadata, refused as tonic's
-/// `Grpc::unary` refuses (same codes, same texts).
-async fn decode<U, B>(req: http::Request<B>, limit: usize) -> Result<Request<U>, Status>
-where
-    U: Pooled + Send + 'static,
-    B: Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    if let Some(encoding) = req
-        .headers()
-        .get(&GRPC_ENCODING)
-        .filter(|v| v.as_bytes() != b"identity")
-    {
-        let mut status = Status::unimplemented(format!(
-            "Content is compressed with `{}` which isn't supported",
-            String::from_utf8_lossy(encoding.as_bytes())
-        ));
-        status.metadata_mut().insert(
-            "grpc-accept-encoding",
-            tonic::metadata::MetadataValue::from_static("identity"),
-        );
-        return Err(status);
-    }
-    let (parts, body) = req.into_parts();
-    let framed = read_body(body, limit).await?;
-    let message = one_message(&framed, limit)?;
-    let message = U::decode_pooled(message).map_err(invalid_message)?;
-    Ok(Request::from_http(http::Request::from_parts(parts, message)))
+    Ok(Answered {
+        headers,
+        extensions,
+        message: answer.into_frame(),
+    })
 }
 
 /// The request's bytes, read until the end or until past one message of
@@ -273,6 +359,13 @@ fn one_message(framed: &[u8], limit: usize) -> Result<&[u8], Status> {
     }
 }
 
+/// The trailers of an OK status (`grpc-status: 0`).
+pub fn ok_trailers() -> http::HeaderMap {
+    let mut trailers = http::HeaderMap::with_capacity(1);
+    trailers.insert(GRPC_STATUS.clone(), http::HeaderValue::from_static("0"));
+    trailers
+}
+
 /// A unary gRPC answer already framed: the message (header and bytes, one
 /// data frame, sent as it is), then the trailers of an OK status.
 #[derive(Debug)]
@@ -303,9 +396,7 @@ impl Body for AnswerBody {
             return Poll::Ready(None);
         }
         self.trailers_sent = true;
-        let mut trailers = http::HeaderMap::with_capacity(1);
-        trailers.insert(GRPC_STATUS.clone(), http::HeaderValue::from_static("0"));
-        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+        Poll::Ready(Some(Ok(Frame::trailers(ok_trailers()))))
     }
 
     fn is_end_stream(&self) -> bool {

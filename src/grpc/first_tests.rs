@@ -229,19 +229,22 @@ async fn a_request_in_many_frames_is_gathered_and_bounded() {
         .chunks(3)
         .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
         .collect();
-    let req = http::Request::new(StreamBody::new(stream::iter(frames)));
-    let decoded = decode::<pb::ClassifyRequest, _>(req, LIMIT).await.expect("decoded");
-    assert_eq!(decoded.into_inner(), classify_request());
+    let read = read_body(StreamBody::new(stream::iter(frames)), LIMIT)
+        .await
+        .expect("read");
+    let decoded = pb::ClassifyRequest::decode_pooled(one_message(&read, LIMIT).expect("one message")).expect("decoded");
+    assert_eq!(decoded, classify_request());
 
     let mut header = vec![0];
     header.extend_from_slice(&u32::MAX.to_be_bytes());
     let endless =
         stream::iter(std::iter::once(Bytes::from(header)).chain(std::iter::repeat(Bytes::from(vec![0; 1024]))))
             .map(|b| Ok::<_, Infallible>(Frame::data(b)));
-    let req = http::Request::new(StreamBody::new(endless));
-    let status = decode::<pb::ClassifyRequest, _>(req, LIMIT)
+    let read = read_body(StreamBody::new(endless), LIMIT)
         .await
-        .expect_err("too large");
+        .expect("read up to the limit");
+    assert!(read.len() <= LIMIT + FRAME_HEADER + 1024, "read {} bytes", read.len());
+    let status = one_message(&read, LIMIT).expect_err("too large");
     assert_eq!(status.code(), Code::OutOfRange);
 }
 

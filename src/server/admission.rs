@@ -20,6 +20,10 @@
 //! 5. The answer is encoded at once and charged at its real size; the slot
 //!    and bytes are held until the connection has taken the whole answer
 //!    ([`Answer`]), or the answer is dropped as stalled (`--stall-timeout`).
+//! 6. On the gRPC port, Classify, ClassifyBatch and Admit are served here by
+//!    [`Direct`] from the bytes read in 1, not passed on: the layers below
+//!    would only route the same bytes to the same handler. A panic in it is
+//!    answered INTERNAL, as the CatchPanic layer below answers one.
 //!
 //! A server-streaming answer (WatchHolds: one request, then messages for as
 //! long as the client wants) gives its slot back at once and holds no bytes
@@ -32,12 +36,14 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
+use futures_util::FutureExt as _;
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use tonic::body::Body;
@@ -48,7 +54,9 @@ use crate::doors::answer::{Answer, Frames, Stalls};
 use crate::doors::ledger::{Ledger, Ticket};
 use crate::doors::overload::SHED_TOTAL;
 use crate::doors::watch_bytes::StreamAccount;
+use crate::grpc::first::{Answered, Direct, Method, ok_trailers};
 use crate::grpc::wire::codec::{message_len, second_message};
+use crate::server::panic;
 
 /// Paths admitted here.
 const SERVICE_PREFIX: &str = "/retryd.v1.RetryDecisionService/";
@@ -87,6 +95,8 @@ struct Admission {
     ledger: Arc<Ledger>,
     stalls: Stalls,
     config: AdmissionConfig,
+    /// Serves Classify, ClassifyBatch and Admit from the request as read.
+    direct: Option<Direct>,
 }
 
 /// Layer applying [`Admit`].
@@ -95,8 +105,18 @@ pub struct AdmissionLayer(Arc<Admission>);
 
 impl AdmissionLayer {
     /// Admits calls against `ledger`; answers are watched by `stalls`.
-    pub fn new(ledger: Arc<Ledger>, stalls: Stalls, config: AdmissionConfig) -> Self {
-        AdmissionLayer(Arc::new(Admission { ledger, stalls, config }))
+    /// With `direct`, Classify, ClassifyBatch and Admit are served by it
+    /// from the request as read here, not passed on to the inner service
+    /// (the router, the generated server and [`crate::grpc::first::BytesFirst`]
+    /// would only hand the same bytes to the same handler, at about 5 k
+    /// instructions a call); without it, every call is passed on.
+    pub fn new(ledger: Arc<Ledger>, stalls: Stalls, config: AdmissionConfig, direct: Option<Direct>) -> Self {
+        AdmissionLayer(Arc::new(Admission {
+            ledger,
+            stalls,
+            config,
+            direct,
+        }))
     }
 }
 
@@ -199,20 +219,20 @@ where
             .extensions
             .insert(StreamAccount::new(Arc::clone(&admission.ledger), peer));
     }
+    let spawn = estimate > SPAWN_ABOVE;
+    if let Some((direct, method)) = admission.direct.as_ref().zip(Method::of(parts.uri.path())) {
+        // Caught here as the CatchPanic layer below would catch it.
+        let served = AssertUnwindSafe(direct.serve(method, parts, request)).catch_unwind();
+        return Ok(match ticketed(served, ticket, spawn).await {
+            Ok((Ok(Ok(answered)), ticket)) => direct_answer(answered, ticket, &admission.stalls),
+            Ok((Ok(Err(status)), _)) | Err(status) => answer(status),
+            Ok((Err(panic), _)) => panic::internal(method.path(), &*panic),
+        });
+    }
     let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(request)));
-    let call = inner.call(req);
-    let (response, mut ticket) = if estimate > SPAWN_ABOVE {
-        // A large batch is decided on the blocking pool, which finishes it
-        // even if this call is dropped (the client reset it): the work is run
-        // on a task of its own that keeps the ticket until it ends, so resets
-        // cannot pile up work beyond the limits.
-        let task = tokio::spawn(async move { (call.await, ticket) });
-        match task.await {
-            Ok(done) => done,
-            Err(e) => return Ok(answer(tonic::Status::internal(format!("the call's task failed: {e}")))),
-        }
-    } else {
-        (call.await, ticket)
+    let (response, mut ticket) = match ticketed(inner.call(req), ticket, spawn).await {
+        Ok(done) => done,
+        Err(status) => return Ok(answer(status)),
     };
     let response = response?;
     if watch {
@@ -233,6 +253,38 @@ where
     let rest = (!done).then_some(body);
     let answer = Answer::new(frames, rest, ticket, &admission.stalls);
     Ok(http::Response::from_parts(parts, Body::new(answer)))
+}
+
+/// `call` run holding `ticket`. With `spawn` (a large batch, decided on
+/// the blocking pool, which finishes it even if this call is dropped
+/// because the client reset it) the work is run on a task of its own that
+/// keeps the ticket until it ends, so resets cannot pile up work beyond the
+/// limits.
+async fn ticketed<F>(call: F, ticket: Ticket, spawn: bool) -> Result<(F::Output, Ticket), tonic::Status>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    if !spawn {
+        return Ok((call.await, ticket));
+    }
+    tokio::spawn(async move { (call.await, ticket) })
+        .await
+        .map_err(|e| tonic::Status::internal(format!("the call's task failed: {e}")))
+}
+
+/// A call answered by [`Direct`]: its message and the trailers of an OK
+/// status, held by `ticket` (charged the message's size) until the
+/// connection has taken them.
+fn direct_answer(answered: Answered, mut ticket: Ticket, stalls: &Stalls) -> http::Response<Body> {
+    ticket.set_bytes(answered.message.len());
+    let mut frames = Frames::default();
+    frames.push_back(Ok(http_body::Frame::data(answered.message)));
+    frames.push_back(Ok(http_body::Frame::trailers(ok_trailers())));
+    let mut response = http::Response::new(Body::new(Answer::new(frames, None, ticket, stalls)));
+    *response.headers_mut() = answered.headers;
+    *response.extensions_mut() = answered.extensions;
+    response
 }
 
 /// A WatchHolds answer: its events are charged to the ledger by the stream
@@ -481,6 +533,31 @@ mod tests {
             );
         }
         assert_eq!(ledger.held(), (0, 0));
+    }
+
+    /// A handler that panics, served directly: caught, and its call slot
+    /// and bytes given back, on this task or on one of its own.
+    #[tokio::test]
+    async fn a_panic_in_a_direct_call_is_caught_and_its_ticket_given_back() {
+        let ledger = crate::doors::ledger::Ledger::new(crate::doors::ledger::Limits::default());
+        for spawn in [false, true] {
+            let mut ticket = ledger.ticket(None);
+            ticket.charge_and_take_call(4096).expect("within the limits");
+            assert_ne!(ledger.held(), (0, 0));
+            fn boom() {
+                panic!("boom");
+            }
+            let served = ticketed(AssertUnwindSafe(async { boom() }).catch_unwind(), ticket, spawn).await;
+            let (caught, ticket) = served.expect("the task itself ended");
+            let panic = caught.expect_err("the panic is caught");
+            let response: http::Response<Body> = panic::internal(Method::Classify.path(), &*panic);
+            assert_eq!(
+                tonic::Status::from_header_map(response.headers()).map(|s| s.code()),
+                Some(tonic::Code::Internal)
+            );
+            drop(ticket);
+            assert_eq!(ledger.held(), (0, 0), "spawn {spawn}");
+        }
     }
 
     #[test]

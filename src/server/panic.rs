@@ -108,7 +108,8 @@ where
     }
 }
 
-fn internal<RB: Default>(path: &str, panic: &(dyn Any + Send)) -> http::Response<RB> {
+/// The INTERNAL answer to a call whose handler panicked (logged with its path and message).
+pub(crate) fn internal<RB: Default>(path: &str, panic: &(dyn Any + Send)) -> http::Response<RB> {
     let message = panic
         .downcast_ref::<&str>()
         .copied()

@@ -398,15 +398,15 @@ impl BoundServer {
         });
         let _stall_sweeper = AbortOnDrop(tokio::spawn(stalls.clone().sweep(config.stall_timeout)));
         let _ledger_gauges = AbortOnDrop(tokio::spawn(publish_ledger(Arc::clone(&ledger))));
-        let admission = AdmissionLayer::new(
-            ledger,
-            stalls,
-            AdmissionConfig {
-                first_message_timeout: config.first_message_timeout,
-                max_message_bytes: config.max_message_bytes,
-                max_batch: config.max_batch,
-            },
-        );
+        let admission_config = AdmissionConfig {
+            first_message_timeout: config.first_message_timeout,
+            max_message_bytes: config.max_message_bytes,
+            max_batch: config.max_batch,
+        };
+        // The gRPC port's decision calls are served where they are admitted;
+        // the console's listener passes every call on to its own routes (it serves none of them).
+        let admission = |direct| AdmissionLayer::new(Arc::clone(&ledger), stalls.clone(), admission_config, direct);
+        let direct = api.direct();
         match &config.tls {
             Some(ServerTls { client_ca: Some(_), .. }) => {
                 tracing::info!("listening on {grpc_addr} (TLS, client certificates required)")
@@ -456,12 +456,14 @@ impl BoundServer {
                 tracing::info!("operator console at /ui/ on the same port");
             }
         }
-        let layers = tower::ServiceBuilder::new()
-            .layer(GrpcMetricsLayer::new(unary_in_flight.clone()))
-            .layer(WireLayer)
-            .layer(admission)
-            .layer(MessageLimitLayer::new(config.max_message_bytes))
-            .layer(CatchPanicLayer);
+        let layers = |direct| {
+            tower::ServiceBuilder::new()
+                .layer(GrpcMetricsLayer::new(unary_in_flight.clone()))
+                .layer(WireLayer)
+                .layer(admission(direct))
+                .layer(MessageLimitLayer::new(config.max_message_bytes))
+                .layer(CatchPanicLayer)
+        };
         let keepalive = (HTTP2_KEEPALIVE_INTERVAL, HTTP2_KEEPALIVE_TIMEOUT);
         // The console's own listener: the same connection rules, layers and
         // TLS as the gRPC port, its pages and the routes it uses only.
@@ -470,9 +472,7 @@ impl BoundServer {
             tracing::info!("operator console on {scheme}://{addr}/ui/ (its own listener)");
             let serving = Serving {
                 builder: serve::builder(config.max_streams_per_connection, true, keepalive),
-                stack: layers
-                    .clone()
-                    .service(tonic::service::Routes::from(crate::http::ui::own_router(&door)).prepare()),
+                stack: layers(None).service(tonic::service::Routes::from(crate::http::ui::own_router(&door)).prepare()),
                 tls: tls.clone(),
                 registry: Arc::clone(&registry),
             };
@@ -484,7 +484,7 @@ impl BoundServer {
         let serving = Serving {
             // The HTTP/JSON door takes HTTP/1.1 too (gRPC stays HTTP/2).
             builder: serve::builder(config.max_streams_per_connection, config.http.is_some(), keepalive),
-            stack: layers.service(tonic::service::Routes::from(router).prepare()),
+            stack: layers(Some(direct)).service(tonic::service::Routes::from(router).prepare()),
             tls,
             registry,
         };
