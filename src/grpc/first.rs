@@ -32,11 +32,13 @@ use std::task::{Context, Poll};
 
 use bytes::Buf as _;
 use bytes::Bytes;
+use futures_util::future::Either;
 use http_body::Frame;
 use tonic::codegen::{Body, BoxFuture, StdError};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
+use super::pb;
 use super::pb::retry_decision_service_server::RetryDecisionService as _;
 use super::service::RetryDecisionApi;
 use super::wire::answer::FRAME_HEADER;
@@ -140,29 +142,71 @@ impl Direct {
         framed: Bytes,
     ) -> impl Future<Output = Result<Answered, Status>> + Send + 'static {
         let api = Arc::clone(&self.api);
-        let limit = self.limit;
-        async move {
-            refuse_compressed(&parts.headers)?;
-            let message = one_message(&framed, limit)?;
-            match method {
-                Method::Classify => answer(parts, message, |r| async move { api.classify_call(r).await }).await,
-                Method::ClassifyBatch => {
-                    answer(parts, message, |r| async move { api.classify_batch_call(r).await }).await
-                }
-                Method::Admit => {
-                    // The generated trait's method; its message encoded here (small: no hold, or one).
-                    answer(parts, message, |r| async move {
-                        let (metadata, answer, extensions) = api.admit(r).await?.into_parts();
-                        Ok(Response::from_parts(
-                            metadata,
-                            EncodedAdmit::encode(&answer),
-                            extensions,
-                        ))
-                    })
-                    .await
-                }
+        // Decoded before the future is made, and a future per method: the
+        // future then holds only its method's request and call, not the
+        // head, the bytes and the other methods' as well (it is moved whole
+        // into the caller's box).
+        match decoded(method, parts, &framed, self.limit) {
+            Err(status) => Either::Left(std::future::ready(Err(status))),
+            Ok(Decoded::Classify(r)) => {
+                Either::Right(Either::Left(async move { Ok(answered(api.classify_call(r).await?)) }))
             }
+            // Boxed: its future is 5 times Classify's.
+            Ok(Decoded::ClassifyBatch(r)) => Either::Right(Either::Right(Either::Left(async move {
+                Ok(answered(Box::pin(api.classify_batch_call(r)).await?))
+            }))),
+            Ok(Decoded::Admit(r)) => Either::Right(Either::Right(Either::Right(async move {
+                // The generated trait's method; its message encoded here (small: no hold, or one).
+                let (metadata, answer, extensions) = api.admit(r).await?.into_parts();
+                Ok(answered(Response::from_parts(
+                    metadata,
+                    EncodedAdmit::encode(&answer),
+                    extensions,
+                )))
+            }))),
         }
+    }
+}
+
+/// The request of one of the three methods, decoded.
+enum Decoded {
+    Classify(Request<pb::ClassifyRequest>),
+    ClassifyBatch(Request<pb::ClassifyBatchRequest>),
+    Admit(Request<pb::AdmitRequest>),
+}
+
+/// The request of `method` with head `parts` and bytes `framed`, refused
+/// as tonic's `Grpc::unary` refuses it: compressed, not one message, over
+/// `limit`, or not the method's message.
+fn decoded(method: Method, parts: http::request::Parts, framed: &[u8], limit: usize) -> Result<Decoded, Status> {
+    refuse_compressed(&parts.headers)?;
+    let message = one_message(framed, limit)?;
+    Ok(match method {
+        Method::Classify => Decoded::Classify(request(parts, message)?),
+        Method::ClassifyBatch => Decoded::ClassifyBatch(request(parts, message)?),
+        Method::Admit => Decoded::Admit(request(parts, message)?),
+    })
+}
+
+/// `message` decoded into `U`, with the head `parts`.
+fn request<U: Pooled>(parts: http::request::Parts, message: &[u8]) -> Result<Request<U>, Status> {
+    let message = U::decode_pooled(message).map_err(invalid_message)?;
+    Ok(Request::from_http(http::Request::from_parts(parts, message)))
+}
+
+/// A method's answer: its metadata and `content-type` as the headers, its
+/// message framed.
+fn answered<T: Encoded>(response: Response<T>) -> Answered {
+    let (metadata, answer, extensions) = response.into_parts();
+    let mut headers = metadata.into_headers();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    Answered {
+        headers,
+        extensions,
+        message: answer.into_frame(),
     }
 }
 
@@ -256,30 +300,6 @@ fn refuse_compressed(headers: &http::HeaderMap) -> Result<(), Status> {
         tonic::metadata::MetadataValue::from_static("identity"),
     );
     Err(status)
-}
-
-/// The call `call` made with `message` (decoded into `U`) and the head
-/// `parts`; its answer's headers are its metadata and `content-type`.
-async fn answer<T, U, F, Fut>(parts: http::request::Parts, message: &[u8], call: F) -> Result<Answered, Status>
-where
-    T: Encoded,
-    U: Pooled + Send + 'static,
-    F: FnOnce(Request<U>) -> Fut,
-    Fut: Future<Output = Result<Response<T>, Status>>,
-{
-    let message = U::decode_pooled(message).map_err(invalid_message)?;
-    let request = Request::from_http(http::Request::from_parts(parts, message));
-    let (metadata, answer, extensions) = call(request).await?.into_parts();
-    let mut headers = metadata.into_headers();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/grpc"),
-    );
-    Ok(Answered {
-        headers,
-        extensions,
-        message: answer.into_frame(),
-    })
 }
 
 /// The request's bytes, read until the end or until past one message of

@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use futures_util::FutureExt as _;
+use futures_util::future::Either;
 use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use tonic::body::Body;
@@ -158,10 +159,15 @@ where
         if !req.uri().path().starts_with(SERVICE_PREFIX) {
             return Box::pin(self.inner.call(req));
         }
+        if let Some((direct, method)) = self.admission.direct.as_ref().zip(Method::of(req.uri().path())) {
+            let call = open(req, &self.admission);
+            return Box::pin(admit_direct(direct.clone(), method, call, Arc::clone(&self.admission)));
+        }
         // The clone that was made ready is the one that is called.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(admit(inner, req, Arc::clone(&self.admission)))
+        let call = open(req, &self.admission);
+        Box::pin(admit(inner, call, Arc::clone(&self.admission)))
     }
 }
 
@@ -180,26 +186,40 @@ fn answer(status: tonic::Status) -> http::Response<Body> {
     status.into_http()
 }
 
-async fn admit<S>(
-    mut inner: S,
-    req: http::Request<Body>,
-    admission: Arc<Admission>,
-) -> Result<http::Response<Body>, S::Error>
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    let config = admission.config;
+/// A call opened: its head, the body still to read, and the ticket its
+/// bytes are charged to. Done before the call's future is made, so that
+/// the future holds these once (a future keeps what it is given beside
+/// what it moves on, and is moved into its box whole).
+struct Opened {
+    parts: http::request::Parts,
+    body: Body,
+    ticket: Ticket,
+    peer: Option<SocketAddr>,
+}
+
+fn open(req: http::Request<Body>, admission: &Admission) -> Opened {
     let peer = peer(&req);
-    let mut ticket = admission.ledger.ticket(peer);
-    let (mut parts, body) = req.into_parts();
-    let request = match read_in_time(body, &mut ticket, &config).await {
-        Ok(bytes) => bytes,
-        Err(status) => return Ok(answer(status)),
-    };
+    let ticket = admission.ledger.ticket(peer);
+    let (parts, body) = req.into_parts();
+    Opened {
+        parts,
+        body,
+        ticket,
+        peer,
+    }
+}
+
+/// Step 3 of the module's list for the request `request` (read whole):
+/// the answer's estimate charged to `ticket` with a call slot, or the
+/// status that refuses the call.
+fn charge(
+    parts: &http::request::Parts,
+    request: &[u8],
+    ticket: &mut Ticket,
+    config: &AdmissionConfig,
+) -> Result<usize, tonic::Status> {
     let estimate = if parts.uri.path() == CLASSIFY_BATCH {
-        match batch_items(&request) {
+        match batch_items(request) {
             Some(n) if n <= config.max_batch => n * ITEM_ANSWER_BYTES + ANSWER_OVERHEAD,
             Some(_) => ANSWER_OVERHEAD,
             None => config.max_batch * ITEM_ANSWER_BYTES + ANSWER_OVERHEAD,
@@ -209,10 +229,62 @@ where
     } else {
         OTHER_ANSWER_BYTES
     };
-    if let Err(refusal) = ticket.charge_and_take_call(estimate) {
+    ticket.charge_and_take_call(estimate).map_err(|refusal| {
         metrics::counter!(SHED_TOTAL).increment(1);
-        return Ok(answer(refusal.status(refusal.advice())));
-    }
+        refusal.status(refusal.advice())
+    })?;
+    Ok(estimate)
+}
+
+/// A call of `method` admitted and served by `direct`. A future of its
+/// own, not a branch of [`admit`]: it does not carry the inner service's
+/// call, and [`admit`] does not carry this one.
+async fn admit_direct<E>(
+    direct: Direct,
+    method: Method,
+    call: Opened,
+    admission: Arc<Admission>,
+) -> Result<http::Response<Body>, E> {
+    // `call`'s fields used where they are (not moved into locals the
+    // future would hold beside them).
+    let mut call = call;
+    let request = match read_in_time(call.body, &mut call.ticket, &admission.config).await {
+        Ok(bytes) => bytes,
+        Err(status) => return Ok(answer(status)),
+    };
+    let estimate = match charge(&call.parts, &request, &mut call.ticket, &admission.config) {
+        Ok(estimate) => estimate,
+        Err(refusal) => return Ok(answer(refusal)),
+    };
+    // Caught here as the CatchPanic layer below would catch it.
+    let served = AssertUnwindSafe(direct.serve(method, call.parts, request)).catch_unwind();
+    Ok(match ticketed(served, call.ticket, estimate > SPAWN_ABOVE).await {
+        Ok((Ok(Ok(answered)), ticket)) => direct_answer(answered, ticket, &admission.stalls),
+        Ok((Ok(Err(status)), _)) | Err(status) => answer(status),
+        Ok((Err(panic), _)) => panic::internal(method.path(), &*panic),
+    })
+}
+
+async fn admit<S>(mut inner: S, call: Opened, admission: Arc<Admission>) -> Result<http::Response<Body>, S::Error>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let Opened {
+        mut parts,
+        body,
+        mut ticket,
+        peer,
+    } = call;
+    let request = match read_in_time(body, &mut ticket, &admission.config).await {
+        Ok(bytes) => bytes,
+        Err(status) => return Ok(answer(status)),
+    };
+    let estimate = match charge(&parts, &request, &mut ticket, &admission.config) {
+        Ok(estimate) => estimate,
+        Err(refusal) => return Ok(answer(refusal)),
+    };
     let watch = parts.uri.path() == WATCH_HOLDS;
     if watch {
         parts
@@ -220,15 +292,6 @@ where
             .insert(StreamAccount::new(Arc::clone(&admission.ledger), peer));
     }
     let spawn = estimate > SPAWN_ABOVE;
-    if let Some((direct, method)) = admission.direct.as_ref().zip(Method::of(parts.uri.path())) {
-        // Caught here as the CatchPanic layer below would catch it.
-        let served = AssertUnwindSafe(direct.serve(method, parts, request)).catch_unwind();
-        return Ok(match ticketed(served, ticket, spawn).await {
-            Ok((Ok(Ok(answered)), ticket)) => direct_answer(answered, ticket, &admission.stalls),
-            Ok((Ok(Err(status)), _)) | Err(status) => answer(status),
-            Ok((Err(panic), _)) => panic::internal(method.path(), &*panic),
-        });
-    }
     let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(request)));
     let (response, mut ticket) = match ticketed(inner.call(req), ticket, spawn).await {
         Ok(done) => done,
@@ -259,18 +322,20 @@ where
 /// the blocking pool, which finishes it even if this call is dropped
 /// because the client reset it) the work is run on a task of its own that
 /// keeps the ticket until it ends, so resets cannot pile up work beyond the
-/// limits.
-async fn ticketed<F>(call: F, ticket: Ticket, spawn: bool) -> Result<(F::Output, Ticket), tonic::Status>
+/// limits. Not an `async fn`: one would hold `call` twice (as given, and
+/// as awaited).
+fn ticketed<F>(call: F, ticket: Ticket, spawn: bool) -> impl Future<Output = Result<(F::Output, Ticket), tonic::Status>>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     if !spawn {
-        return Ok((call.await, ticket));
+        return Either::Left(call.map(move |out| Ok((out, ticket))));
     }
-    tokio::spawn(async move { (call.await, ticket) })
-        .await
-        .map_err(|e| tonic::Status::internal(format!("the call's task failed: {e}")))
+    Either::Right(
+        tokio::spawn(async move { (call.await, ticket) })
+            .map(|done| done.map_err(|e| tonic::Status::internal(format!("the call's task failed: {e}")))),
+    )
 }
 
 /// A call answered by [`Direct`]: its message and the trailers of an OK
