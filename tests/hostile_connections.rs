@@ -301,11 +301,14 @@ async fn frames_until_closed(tcp: &mut tokio::net::TcpStream) -> Vec<(u8, Option
 async fn an_idle_connection_is_sent_goaway_before_it_is_closed() {
     use tokio::io::AsyncWriteExt as _;
     let server = Server::start(&["--idle-connection-timeout", "2s"]);
+    // Taken before the connection is made: the server's idle clock starts
+    // when it accepts it (a clean-clone CI run read 1.999975 s when this was
+    // taken after the preface).
+    let started = Instant::now();
     let mut tcp = tokio::net::TcpStream::connect(server.addr).await.expect("connect");
     tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
         .await
         .expect("preface and SETTINGS");
-    let started = Instant::now();
     let frames = tokio::time::timeout(Duration::from_secs(15), frames_until_closed(&mut tcp))
         .await
         .expect("closed within 15 s");
