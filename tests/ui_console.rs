@@ -179,7 +179,7 @@ async fn ui_listen_serves_the_pages_and_their_routes_only() {
         client()
             .post(format!("{console}/retryd.v1.RetryDecisionService/Classify"))
             .header("content-type", "application/grpc")
-            .body(std::mem::take(&mut framed)),
+            .body(framed),
     )
     .await;
     assert_ne!(

@@ -209,6 +209,20 @@ fn open(req: http::Request<Body>, admission: &Admission) -> Opened {
     }
 }
 
+/// Steps 1 and 3 of the module's list: the request read whole within
+/// its time, then the answer's estimate charged with a call slot; the
+/// request and the estimate, or the status that refuses the call.
+async fn read_and_charge(
+    body: Body,
+    parts: &http::request::Parts,
+    ticket: &mut Ticket,
+    config: &AdmissionConfig,
+) -> Result<(Bytes, usize), tonic::Status> {
+    let request = read_in_time(body, ticket, config).await?;
+    let estimate = charge(parts, &request, ticket, config)?;
+    Ok((request, estimate))
+}
+
 /// Step 3 of the module's list for the request `request` (read whole):
 /// the answer's estimate charged to `ticket` with a call slot, or the
 /// status that refuses the call.
@@ -242,19 +256,14 @@ fn charge(
 async fn admit_direct<E>(
     direct: Direct,
     method: Method,
-    call: Opened,
+    mut call: Opened,
     admission: Arc<Admission>,
 ) -> Result<http::Response<Body>, E> {
     // `call`'s fields used where they are (not moved into locals the
     // future would hold beside them).
-    let mut call = call;
-    let request = match read_in_time(call.body, &mut call.ticket, &admission.config).await {
-        Ok(bytes) => bytes,
+    let (request, estimate) = match read_and_charge(call.body, &call.parts, &mut call.ticket, &admission.config).await {
+        Ok(admitted) => admitted,
         Err(status) => return Ok(answer(status)),
-    };
-    let estimate = match charge(&call.parts, &request, &mut call.ticket, &admission.config) {
-        Ok(estimate) => estimate,
-        Err(refusal) => return Ok(answer(refusal)),
     };
     // Caught here as the CatchPanic layer below would catch it.
     let served = AssertUnwindSafe(direct.serve(method, call.parts, request)).catch_unwind();
@@ -277,13 +286,9 @@ where
         mut ticket,
         peer,
     } = call;
-    let request = match read_in_time(body, &mut ticket, &admission.config).await {
-        Ok(bytes) => bytes,
+    let (request, estimate) = match read_and_charge(body, &parts, &mut ticket, &admission.config).await {
+        Ok(admitted) => admitted,
         Err(status) => return Ok(answer(status)),
-    };
-    let estimate = match charge(&parts, &request, &mut ticket, &admission.config) {
-        Ok(estimate) => estimate,
-        Err(refusal) => return Ok(answer(refusal)),
     };
     let watch = parts.uri.path() == WATCH_HOLDS;
     if watch {
