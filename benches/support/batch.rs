@@ -103,6 +103,20 @@ fn batch(c: &mut Criterion) {
             )
         })
     });
+    // The floor no decision service can go under with these messages: prost
+    // decoding the same request and encoding the same answer (built once,
+    // before the timing), nothing decided. The batch targets are judged
+    // against this machine's speed through it: decode_decide_encode divided
+    // by this is the same on a fast host and a slow one.
+    group.bench_function("prost_decode_encode_floor/1000", |b| {
+        let mut out = Vec::with_capacity(check.encoded_len() * 2);
+        b.iter(|| {
+            let req = pb::ClassifyBatchRequest::decode(black_box(wire.as_slice())).expect("decodes");
+            out.clear();
+            black_box(&check).encode(&mut out).expect("room");
+            black_box((req.failures.len(), out.len()))
+        })
+    });
     group.finish();
 }
 

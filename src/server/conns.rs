@@ -9,8 +9,9 @@
 //!   done when the client sends again after the server's first flight (its
 //!   TLS `Finished`); the deadline covers the TLS handshake either way.
 //! - **In all** (`--max-connections`): each open connection costs memory
-//!   (about 10 KiB idle, measured), so their number is capped like every
-//!   other table; at the cap the oldest connections still in their
+//!   (about 10 KiB idle, measured, and up to [`super::socket::HELD_MAX`]
+//!   held for its next write once it has written), so their number is
+//!   capped like every other table; at the cap the oldest connections still in their
 //!   handshake are closed first, and a new one is closed at once when none
 //!   is.
 //! - **Per caller** (`--max-connections-per-caller`): the caller is the
