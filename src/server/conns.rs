@@ -11,9 +11,9 @@
 //! - **In all** (`--max-connections`): each open connection costs memory
 //!   (about 10 KiB idle, measured, and up to [`super::socket::HELD_MAX`]
 //!   held for its next write once it has written), so their number is
-//!   capped like every other table; at the cap the oldest connections still in their
-//!   handshake are closed first, and a new one is closed at once when none
-//!   is.
+//!   capped like every other table; at the cap the oldest connections still
+//!   in their handshake are closed first, and a new one is closed at once
+//!   when none is.
 //! - **Per caller** (`--max-connections-per-caller`): the caller is the
 //!   peer's IP address, as [`crate::doors::peers::caller_of_parts`] names a
 //!   caller without a client certificate (the certificate is not known when
