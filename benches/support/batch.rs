@@ -1,6 +1,6 @@
 //! One 1 000-item ClassifyBatch without the network: decode the request,
 //! decide every item and write the answer's bytes
-//! (`RetryDecisionApi::classify_batch_encoded`, the synchronous body of the
+//! (`RetryDecisionApi::classify_batch_bytes`, the synchronous body of the
 //! RPC), hand them over as the route does (as they are, the buffer given
 //! back once dropped). Reported per batch and per item
 //! (criterion's throughput is items). Run: `cargo bench --bench batch`.
@@ -52,12 +52,23 @@ fn batch(c: &mut Criterion) {
     let mut group = c.benchmark_group("classify_batch");
     group.throughput(Throughput::Elements(u64::from(ITEMS)));
     let local = || Caller::Named("local");
-    // What the server does with a call, pools included: the decoder decodes
-    // into pooled failures, the handler writes the answer's bytes into a
-    // pooled buffer and gives the failures back once decided, and the route
-    // sends the bytes as they are; the buffer goes back once they are sent
-    // (here: dropped).
+    // What the server does with a call: the request read in place from
+    // its bytes (the items' storage pooled), the handler writes the
+    // answer's bytes into a pooled buffer, and the route sends the bytes as
+    // they are; the buffer goes back once they are sent (here: dropped).
     group.bench_function("decode_decide_encode/1000", |b| {
+        b.iter(|| {
+            let resp = api
+                .classify_batch_bytes(black_box(wire.as_slice()), now, local(), None)
+                .expect("decided");
+            let frame = resp.into_frame();
+            black_box(frame.len())
+        })
+    });
+    // The same with the request decoded into pooled `pb::Failure`s (the
+    // route before the in-place reader, and still its way for a request
+    // with an upstream contract).
+    group.bench_function("decode_pooled_decide_encode/1000", |b| {
         b.iter(|| {
             let req = pb::ClassifyBatchRequest::decode_pooled(black_box(wire.as_slice())).expect("decodes");
             let resp = api.classify_batch_encoded(&req, now, local(), None).expect("decided");

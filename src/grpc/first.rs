@@ -45,6 +45,7 @@ use super::wire::answer::FRAME_HEADER;
 use super::wire::codec::{Pooled, invalid_message, message_len, second_message};
 use super::wire::encoded::{Encoded, EncodedAdmit};
 use super::wire::headers::{GRPC_ENCODING, GRPC_STATUS};
+use super::wire::view::BatchRequest;
 
 /// The path of ClassifyBatch, which [`BytesFirst`] serves.
 pub const CLASSIFY_BATCH_PATH: &str = "/retryd.v1.RetryDecisionService/ClassifyBatch";
@@ -142,7 +143,8 @@ impl Direct {
         framed: Bytes,
     ) -> impl Future<Output = Result<Answered, Status>> + Send + 'static {
         let api = Arc::clone(&self.api);
-        // Decoded before the future is made, and a future per method: the
+        // Decoded before the future is made (a batch only split from its
+        // frame: it is read in place when decided), and a future per method: the
         // future then holds only its method's request and call, not the
         // head, the bytes and the other methods' as well (it is moved whole
         // into the caller's box).
@@ -171,19 +173,23 @@ impl Direct {
 /// The request of one of the three methods, decoded.
 enum Decoded {
     Classify(Request<pb::ClassifyRequest>),
-    ClassifyBatch(Request<pb::ClassifyBatchRequest>),
+    /// Read in place when decided (its bytes, unframed).
+    ClassifyBatch(Request<BatchRequest>),
     Admit(Request<pb::AdmitRequest>),
 }
 
 /// The request of `method` with head `parts` and bytes `framed`, refused
 /// as tonic's `Grpc::unary` refuses it: compressed, not one message, over
 /// `limit`, or not the method's message.
-fn decoded(method: Method, parts: http::request::Parts, framed: &[u8], limit: usize) -> Result<Decoded, Status> {
+fn decoded(method: Method, parts: http::request::Parts, framed: &Bytes, limit: usize) -> Result<Decoded, Status> {
     refuse_compressed(&parts.headers)?;
     let message = one_message(framed, limit)?;
     Ok(match method {
         Method::Classify => Decoded::Classify(request(parts, message)?),
-        Method::ClassifyBatch => Decoded::ClassifyBatch(request(parts, message)?),
+        Method::ClassifyBatch => {
+            let message = BatchRequest::Bytes(framed.slice_ref(message));
+            Decoded::ClassifyBatch(Request::from_http(http::Request::from_parts(parts, message)))
+        }
         Method::Admit => Decoded::Admit(request(parts, message)?),
     })
 }

@@ -297,7 +297,10 @@ impl RetryDecisionService for RetryDecisionApi {
         &self,
         request: Request<pb::ClassifyBatchRequest>,
     ) -> Result<Response<pb::ClassifyBatchResponse>, Status> {
-        let encoded = self.classify_batch_call(request).await?.into_inner();
+        let encoded = self
+            .classify_batch_call(request.map(super::wire::view::BatchRequest::Decoded))
+            .await?
+            .into_inner();
         encoded.into_message().map(Response::new)
     }
 }

@@ -42,6 +42,11 @@ impl BatchTrace {
         }
     }
 
+    /// The batch has `items` items (known once its request is read).
+    pub fn set_items(&mut self, items: usize) {
+        self.items = items;
+    }
+
     /// Item `index` was decided `d`.
     pub fn decision(&mut self, index: usize, d: &Decision<'_>) {
         if !self.catalogs.iter().any(|c| c == d.catalog) {
@@ -69,6 +74,7 @@ impl BatchTrace {
 
     /// Sets the span's attributes for the call's `result`.
     pub fn finish<T>(self, span: &mut CallSpan, result: &Result<T, Status>) {
+        span.set("retryd.items", i64::try_from(self.items).unwrap_or(i64::MAX));
         if let Err(status) = result {
             return span.fail(status);
         }

@@ -3,6 +3,7 @@
 //! hook. Every call loads the policy once, so it is decided wholly by one
 //! policy even if the policy is swapped meanwhile.
 
+use std::borrow::Borrow;
 use std::sync::{Arc, OnceLock, Weak};
 
 use tracing::field::Empty;
@@ -74,15 +75,9 @@ impl Service {
         let span = tracing::debug_span!("Classify", catalog = Empty, code = Empty, verdict = Empty);
         let _entered = span.enter();
         let policy = self.policy.load();
-        let decided = check_locale(locale).and_then(|()| {
-            let (f, notes) = failure.ok_or_else(|| Violation::new("failure", "is required"))?;
-            self.decide_one(&policy, &f, notes, now, caller, None, |field| {
-                format!("failure.{field}")
-            })
-        });
-        match &decided {
+        let decided = |decided: Result<&Decided<'_>, &Violation>| match decided {
             Ok(d) => {
-                let d = &d.decision;
+                let (hold, d) = (d.hold.as_deref(), &d.decision);
                 if !span.is_disabled() {
                     span.record("catalog", d.catalog);
                     span.record("code", d.code);
@@ -95,10 +90,28 @@ impl Service {
                     }
                 });
                 tracing::debug!("decided");
+                Ok(answer(d, hold))
             }
-            Err(v) => tracing::debug!(field = %v.field, "invalid argument"),
+            Err(v) => {
+                tracing::debug!(field = %v.field, "invalid argument");
+                Err(v.clone())
+            }
+        };
+        let failure =
+            check_locale(locale).and_then(|()| failure.ok_or_else(|| Violation::new("failure", "is required")));
+        match failure {
+            Ok((f, notes)) => self.decide_one(
+                &policy,
+                &f,
+                notes,
+                now,
+                caller,
+                None,
+                |field| format!("failure.{field}"),
+                decided,
+            ),
+            Err(v) => decided(Err(&v)),
         }
-        decided.map(|d| answer(&d.decision, d.hold.as_deref()))
     }
 
     /// The whole-call limits of a batch: its size and its locale.
@@ -113,15 +126,16 @@ impl Service {
     }
 
     /// Decides the `n` failures of a batch of `caller` as of `now`, in
-    /// order (`failure(i)` gives item `i`), handing each item's decision
+    /// order (`failure(i)` gives item `i`, or a reference to it: an item is
+    /// large, and a move is a copy), handing each item's decision
     /// (with the hold in force) or its field error to `item`, and returns
     /// the summary. A whole-call error (too many items, a bad locale) comes
     /// back before any item.
-    pub fn classify_batch<'a>(
+    pub fn classify_batch<'a, I: Borrow<BatchItem<'a>>>(
         &self,
         locale: &str,
         n: usize,
-        failure: impl Fn(usize) -> BatchItem<'a>,
+        failure: impl Fn(usize) -> I,
         now: UnixMillis,
         caller: Caller<'_>,
         mut item: impl FnMut(usize, Result<(&Decision<'_>, Option<&Hold>), &Violation>),
@@ -140,22 +154,31 @@ impl Service {
         // are asked of the mirror once while they do not change.
         let mut seen = ScopeHolds::default();
         for i in 0..n {
-            let (f, notes) = failure(i);
-            // Matched by reference: a decision is large, and a move is a copy.
-            match &self.decide_one(&policy, &f, notes, now, caller, Some(&mut seen), |field| {
-                format!("failures[{i}].{field}")
-            }) {
-                Ok(d) => {
-                    let verdict = d.decision.verdict;
-                    summary.verdicts[verdict.index()] += 1;
-                    tally.add(&policy, d.decision.catalog, verdict, unknown_code(&d.decision));
-                    item(i, Ok((&d.decision, d.hold.as_deref())));
-                }
-                Err(v) => {
-                    summary.errors += 1;
-                    item(i, Err(v));
-                }
-            }
+            let given = failure(i);
+            let (f, notes) = given.borrow();
+            // Handed over by reference: a decision is large, and a move is a copy.
+            let name = |field: &str| format!("failures[{i}].{field}");
+            self.decide_one(
+                &policy,
+                f,
+                *notes,
+                now,
+                caller,
+                Some(&mut seen),
+                name,
+                |decided| match decided {
+                    Ok(d) => {
+                        let verdict = d.decision.verdict;
+                        summary.verdicts[verdict.index()] += 1;
+                        tally.add(&policy, d.decision.catalog, verdict, unknown_code(&d.decision));
+                        item(i, Ok((&d.decision, d.hold.as_deref())));
+                    }
+                    Err(v) => {
+                        summary.errors += 1;
+                        item(i, Err(v));
+                    }
+                },
+            );
         }
         self.with_counters(&policy, |c| tally.emit(c));
         span.record("errors", summary.errors);
@@ -170,11 +193,13 @@ impl Service {
         Ok(summary)
     }
 
-    /// Checks and decides one failure live; `name` turns a field of the
-    /// failure into its name in the request; `seen`, a batch's holds met
-    /// per scope. The decision hook sees it.
+    /// Checks and decides one failure live and hands the decision (or the
+    /// field error) to `answer`, by reference: a decision is large, and
+    /// each move out of a call is a copy (`perf`: about 4 % of a batch).
+    /// `name` turns a field of the failure into its name in the request;
+    /// `seen`, a batch's holds met per scope. The decision hook sees it.
     #[allow(clippy::too_many_arguments)]
-    fn decide_one<'a>(
+    fn decide_one<'a, R>(
         &self,
         policy: &'a Policy,
         f: &Failure<'a>,
@@ -183,17 +208,24 @@ impl Service {
         caller: Caller<'_>,
         seen: Option<&mut ScopeHolds>,
         name: impl Fn(&str) -> String,
-    ) -> Result<Decided<'a>, Violation> {
-        check_failure(f, &name)?;
+        answer: impl FnOnce(Result<&Decided<'a>, &Violation>) -> R,
+    ) -> R {
+        if let Err(v) = check_failure(f, &name) {
+            return answer(Err(&v));
+        }
         let decided = match self.fleet.as_deref() {
             Some(fleet) => decide::decide(policy, f, notes, now, &mut Live { fleet, caller, seen }),
             None => decide::decide(policy, f, notes, now, &mut Alone),
+        };
+        match &decided {
+            Ok(d) => {
+                if let Some(observer) = &self.observer {
+                    observer.observe(f, d, now);
+                }
+                answer(Ok(d))
+            }
+            Err(e) => answer(Err(&decide_violation(e, &name))),
         }
-        .map_err(|e| decide_violation(&e, &name))?;
-        if let Some(observer) = &self.observer {
-            observer.observe(f, &decided, now);
-        }
-        Ok(decided)
     }
 
     /// The `retryd_decisions_total` handles of `policy`'s catalogs, rebuilt

@@ -1,6 +1,7 @@
 //! The hand-written parts of the gRPC wire, kept where they pay for
 //! themselves on the hot path (see `bench/RESULTS.md` and
-//! `docs/performance.md`): a codec that decodes ClassifyBatch requests into
+//! `docs/performance.md`): ClassifyBatch requests read in place
+//! ([`view`]), or, when they hold what only prost reads, decoded into
 //! pooled storage ([`codec`], [`pool`]), ClassifyBatch answers written as
 //! bytes straight from the core's decisions ([`answer`], [`encoded`]),
 //! pooled Classify requests and answers ([`unary_pool`]), and the gRPC
@@ -14,6 +15,7 @@ pub mod encoded;
 pub mod headers;
 pub mod pool;
 pub mod unary_pool;
+pub mod view;
 
 /// What one pool keeps now.
 #[derive(Debug, Default, Clone, Copy)]
@@ -31,5 +33,6 @@ pub struct Kept {
 pub fn pooled() -> Vec<(&'static str, Kept)> {
     let mut all = pool::kept().to_vec();
     all.extend(unary_pool::kept());
+    all.push(view::kept());
     all
 }

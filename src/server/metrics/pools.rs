@@ -37,6 +37,7 @@ mod tests {
         for pool in [
             "batch_requests",
             "batch_answers",
+            "batch_views",
             "classify_failures",
             "classify_answers",
             "admit_requests",
