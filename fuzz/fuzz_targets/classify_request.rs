@@ -6,6 +6,10 @@
 //! pooled decode accepts exactly what prost accepts and yields the same
 //! message (whatever earlier inputs left in the pool), an error is only ever
 //! INVALID_ARGUMENT, and what is encoded decodes back to the same message.
+//! The server's own batch path (the request read in place from its bytes,
+//! `BatchView`, or left to the pooled decoder) answers exactly what the
+//! decoded message is answered, and whatever the in-place reader reads,
+//! prost decodes, failure for failure.
 #![no_main]
 
 use std::sync::{Arc, LazyLock};
@@ -14,9 +18,11 @@ use arc_swap::ArcSwap;
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;
 use retryd::core::{Policy, UnixMillis};
+use retryd::grpc::convert::{failure_from_proto, failure_notes};
 use retryd::grpc::wire::pool;
+use retryd::grpc::wire::view::BatchView;
 use retryd::grpc::{RetryDecisionApi, pb};
-use retryd::service::ServiceConfig;
+use retryd::service::{Caller, ServiceConfig};
 use tonic::Code;
 
 /// 2026-08-08T12:05:00Z, the instant the service's own unit tests use.
@@ -52,6 +58,20 @@ fuzz_target!(|data: &[u8]| {
             Err(status) => assert_eq!(status.code(), Code::InvalidArgument, "{status:?}"),
         }
     }
+    if let Some(view) = BatchView::read(data) {
+        let req = pb::ClassifyBatchRequest::decode(data).expect("what the view reads, prost decodes");
+        assert_eq!(view.len(), req.failures.len());
+        for (i, f) in req.failures.iter().enumerate() {
+            let (ours, notes) = *view.item(i);
+            let theirs = failure_from_proto(f, &req.locale);
+            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"), "item {i}");
+            assert_eq!(notes, failure_notes(f), "item {i}");
+        }
+        view.recycle();
+    }
+    let in_place = API
+        .classify_batch_bytes(data, NOW, Caller::Named("local"), None)
+        .map(|answer| answer.into_message().expect("the answer decodes"));
     let pooled = pool::decode_batch_request(data);
     let fresh = pb::ClassifyBatchRequest::decode(data);
     assert_eq!(
@@ -75,6 +95,14 @@ fuzz_target!(|data: &[u8]| {
             }
             Err(status) => assert_eq!(status.code(), Code::InvalidArgument, "{status:?}"),
         }
+        match (&in_place, &decided) {
+            (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "the in-place path answered otherwise"),
+            (Err(ours), Err(theirs)) => assert_eq!(ours.message(), theirs.message()),
+            _ => panic!("one path failed: {in_place:?} vs {decided:?}"),
+        }
         pool::recycle_request(req);
+    } else {
+        let status = in_place.expect_err("a request prost refuses is refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     }
 });
