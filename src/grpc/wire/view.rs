@@ -69,7 +69,11 @@ impl<'a> BatchView<'a> {
             }
             let body = take_len(&mut buf)?;
             match tag {
-                1 => self.items.push(failure(body)?),
+                // Read into its slot: an item is large, and a move is a copy.
+                1 => {
+                    self.items.push((Failure::default(), InputNotes::default()));
+                    read_failure(self.items.last_mut()?, body)?;
+                }
                 // As prost: a string given twice keeps the last.
                 2 => self.locale = std::str::from_utf8(body).ok()?,
                 _ => return None,
@@ -159,9 +163,10 @@ fn take_len<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
     Some(body)
 }
 
-/// One `Failure` message's fields, `None` on anything left to prost.
-fn failure(mut body: &[u8]) -> Option<BatchItem<'_>> {
-    let mut f = Failure::default();
+/// One `Failure` message's fields read into `item` (a default one), `None`
+/// on anything left to prost.
+fn read_failure<'a>(item: &mut BatchItem<'a>, mut body: &'a [u8]) -> Option<()> {
+    let (f, notes) = item;
     // Enums and timestamps as the wire has them, turned into the core's
     // values once all fields are read (a field may come twice).
     let (mut operation, mut read_back) = (0_i32, 0_i32);
@@ -215,13 +220,11 @@ fn failure(mut body: &[u8]) -> Option<BatchItem<'_>> {
     f.read_back = read_back_from_proto(read_back);
     f.deadline = deadline.as_ref().map(millis_from_timestamp);
     f.quota_resets_at = quota_resets_at.as_ref().map(millis_from_timestamp);
-    let notes = InputNotes {
-        timestamp_out_of_range: [&deadline, &quota_resets_at]
-            .into_iter()
-            .flatten()
-            .any(|t| !timestamp_in_range(t)),
-    };
-    Some((f, notes))
+    notes.timestamp_out_of_range = [&deadline, &quota_resets_at]
+        .into_iter()
+        .flatten()
+        .any(|t| !timestamp_in_range(t));
+    Some(())
 }
 
 /// A `Timestamp`'s fields merged into `t`, as prost merges a message field
