@@ -34,14 +34,6 @@ pub struct BatchTrace {
 }
 
 impl BatchTrace {
-    /// For a batch of `items` items.
-    pub fn new(items: usize) -> Self {
-        BatchTrace {
-            items,
-            ..Default::default()
-        }
-    }
-
     /// The batch has `items` items (known once its request is read).
     pub fn set_items(&mut self, items: usize) {
         self.items = items;

@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use bytes::Buf;
 use prost::DecodeError;
 use prost::Message as _;
-use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, message};
+use prost::encoding::{DecodeContext, WireType, decode_key, message};
 
 use super::super::pb;
 
@@ -89,6 +89,11 @@ static ANSWERS: Pool<Vec<u8>> = Pool::new();
 /// Other fields go to prost's generated `merge_field` (a `#[doc(hidden)]`
 /// method of `prost::Message`, pinned with prost 0.14), so unknown fields,
 /// `locale` and wire-type errors behave exactly as prost's decode.
+///
+/// The server reads most batch requests in place instead
+/// ([`super::view::BatchView`]); this serves those it leaves to prost (an
+/// `upstream` contract, a field this build does not know, bytes that are
+/// not a message) and the generated server's method.
 pub fn decode_batch_request(mut buf: impl Buf) -> Result<pb::ClassifyBatchRequest, DecodeError> {
     // The vector too is reused: growing a new one item by item moved every
     // failure decoded so far at each doubling.
@@ -104,12 +109,7 @@ pub fn decode_batch_request(mut buf: impl Buf) -> Result<pb::ClassifyBatchReques
             }
             let failure = &mut failures[decoded];
             failure.clear();
-            if !merge_contiguous_failure(failure, &mut buf) {
-                // Split across chunks, or malformed: prost's own merge,
-                // from the same bytes, with prost's own error.
-                failure.clear();
-                message::merge(wire_type, failure, &mut buf, ctx.clone())?;
-            }
+            message::merge(wire_type, failure, &mut buf, ctx.clone())?;
             decoded += 1;
         } else {
             // Also a `failures` key of the wrong wire type: prost's error.
@@ -119,73 +119,6 @@ pub fn decode_batch_request(mut buf: impl Buf) -> Result<pb::ClassifyBatchReques
     failures.truncate(decoded);
     req.failures = failures;
     Ok(req)
-}
-
-/// Merges the length-delimited failure at the start of `buf` into
-/// `failure` when all of it lies in `buf`'s first chunk (as it does in
-/// tonic's buffer, which holds a whole message) and it is well formed; then
-/// advances `buf` past it. Otherwise returns false with `buf` untouched and
-/// `failure` partly written, for prost's merge to decode it again.
-///
-/// Why: prost's `string::merge` copies through a generic `Take` adapter
-/// and a drop guard, a tenth of a batch's instructions for about nine short
-/// strings per failure (callgrind). Here a string field is one check of its
-/// length, one UTF-8 validation of a borrowed slice and one copy into the
-/// pooled string; every other field is prost's generated `merge_field`.
-/// The result is the same message prost decodes (proptests below).
-fn merge_contiguous_failure(failure: &mut pb::Failure, buf: &mut impl Buf) -> bool {
-    let chunk = buf.chunk();
-    let mut rest = chunk;
-    let Some(len) = decode_varint(&mut rest).ok().and_then(|len| usize::try_from(len).ok()) else {
-        return false;
-    };
-    let Some(body) = rest.get(..len) else {
-        return false;
-    };
-    let consumed = chunk.len() - rest.len() + len;
-    if merge_failure_fields(failure, body).is_none() {
-        return false;
-    }
-    buf.advance(consumed);
-    true
-}
-
-/// The fields of one failure, from a slice that holds exactly them; `None`
-/// on anything prost would refuse (prost then decodes the failure again and
-/// says why).
-fn merge_failure_fields(failure: &mut pb::Failure, mut body: &[u8]) -> Option<()> {
-    while !body.is_empty() {
-        let (tag, wire_type) = decode_key(&mut body).ok()?;
-        let text = match tag {
-            1 => &mut failure.catalog,
-            2 => &mut failure.code,
-            4 => &mut failure.method,
-            7 => &mut failure.retry_after,
-            10 => &mut failure.idempotency_key,
-            14 => &mut failure.request_id,
-            15 => &mut failure.tenant,
-            17 => &mut failure.dependency,
-            19 => &mut failure.probe_token,
-            _ => {
-                // Numbers, enums, timestamps, the upstream contract: no
-                // nesting deep enough for prost's recursion limit.
-                failure
-                    .merge_field(tag, wire_type, &mut body, DecodeContext::default())
-                    .ok()?;
-                continue;
-            }
-        };
-        if wire_type != WireType::LengthDelimited {
-            return None;
-        }
-        let len = usize::try_from(decode_varint(&mut body).ok()?).ok()?;
-        let bytes = body.get(..len)?;
-        // As prost's string::merge: a string field replaces the value.
-        text.clear();
-        text.push_str(std::str::from_utf8(bytes).ok()?);
-        body = &body[len..];
-    }
-    Some(())
 }
 
 /// Gives a decided request's failures back for the next request to decode into.
@@ -468,9 +401,8 @@ pub(super) mod tests {
         }
 
         /// Failures with any strings (any Unicode, empty or not) and any
-        /// numbers, whole, cut anywhere, or split across two chunks (the
-        /// fast path then steps aside for prost's merge): the same message
-        /// or the same refusal as prost.
+        /// numbers, whole, cut anywhere, or split across two chunks: the
+        /// same message or the same refusal as prost.
         #[test]
         fn any_failure_decodes_as_prost_does(
             texts in proptest::collection::vec(".{0,12}", 11),
