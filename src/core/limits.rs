@@ -39,31 +39,50 @@ pub struct FieldViolation {
 
 /// Checks every string of `failure` against its limit.
 pub fn check(failure: &Failure<'_>) -> Result<(), FieldViolation> {
-    let (up_key, up_action) = match &failure.upstream {
-        Some(up) => (up.idempotency_key.unwrap_or(""), up.reconciliation_action.unwrap_or("")),
-        None => ("", ""),
-    };
-    let fields = [
-        ("catalog", failure.catalog, MAX_CATALOG),
-        ("code", failure.code, MAX_CODE),
-        ("method", failure.method, MAX_METHOD),
-        ("retry_after", failure.retry_after, MAX_RETRY_AFTER),
-        ("idempotency_key", failure.idempotency_key, MAX_IDEMPOTENCY_KEY),
-        ("request_id", failure.request_id, MAX_REQUEST_ID),
-        ("tenant", failure.tenant, MAX_TENANT),
-        ("locale", failure.locale, MAX_LOCALE),
-        ("dependency", failure.dependency, MAX_DEPENDENCY),
-        ("probe_token", failure.probe_token, MAX_PROBE_TOKEN),
-        ("upstream.idempotency_key", up_key, MAX_IDEMPOTENCY_KEY),
-        ("upstream.reconciliation_action", up_action, MAX_ACTION),
-    ];
-    match fields.into_iter().find(|(_, value, max)| value.len() > *max) {
+    match first_over(failure) {
         None => Ok(()),
-        Some((field, value, max)) => Err(FieldViolation {
+        Some((field, len, max)) => Err(FieldViolation {
             field,
-            description: format!("is {} bytes; the limit is {max}", value.len()),
+            description: format!("is {len} bytes; the limit is {max}"),
         }),
     }
+}
+
+/// The first string of `failure` over its limit: its field, length and
+/// limit. Compares one after another rather than through a table of
+/// (name, value, limit): building that table on the stack for every
+/// failure was 4 % of a batch (`perf`).
+fn first_over(failure: &Failure<'_>) -> Option<(&'static str, usize, usize)> {
+    macro_rules! limit {
+        ($field:literal, $value:expr, $max:expr) => {
+            if $value.len() > $max {
+                return Some(($field, $value.len(), $max));
+            }
+        };
+    }
+    limit!("catalog", failure.catalog, MAX_CATALOG);
+    limit!("code", failure.code, MAX_CODE);
+    limit!("method", failure.method, MAX_METHOD);
+    limit!("retry_after", failure.retry_after, MAX_RETRY_AFTER);
+    limit!("idempotency_key", failure.idempotency_key, MAX_IDEMPOTENCY_KEY);
+    limit!("request_id", failure.request_id, MAX_REQUEST_ID);
+    limit!("tenant", failure.tenant, MAX_TENANT);
+    limit!("locale", failure.locale, MAX_LOCALE);
+    limit!("dependency", failure.dependency, MAX_DEPENDENCY);
+    limit!("probe_token", failure.probe_token, MAX_PROBE_TOKEN);
+    if let Some(up) = &failure.upstream {
+        limit!(
+            "upstream.idempotency_key",
+            up.idempotency_key.unwrap_or(""),
+            MAX_IDEMPOTENCY_KEY
+        );
+        limit!(
+            "upstream.reconciliation_action",
+            up.reconciliation_action.unwrap_or(""),
+            MAX_ACTION
+        );
+    }
+    None
 }
 
 #[cfg(test)]
@@ -88,5 +107,52 @@ mod tests {
             })
             .is_ok()
         );
+    }
+
+    #[test]
+    fn every_field_is_named_with_its_limit() {
+        use crate::core::model::{RetryContract, SideEffectState, Strategy};
+        const UPSTREAM: RetryContract<'static> = RetryContract {
+            retryable: false,
+            safe: false,
+            after_ms: 0,
+            max_after_ms: 0,
+            strategy: Strategy::None,
+            attempt: 1,
+            max_attempts: 0,
+            deadline: None,
+            idempotency_key: None,
+            side_effect_state: SideEffectState::None,
+            reconciliation_action: None,
+        };
+        let long: &'static str = Box::leak("x".repeat(300).into_boxed_str());
+        type Set = fn(&mut Failure<'static>, &'static str);
+        let fields: [(&str, usize, Set); 12] = [
+            ("catalog", MAX_CATALOG, |f, v| f.catalog = v),
+            ("code", MAX_CODE, |f, v| f.code = v),
+            ("method", MAX_METHOD, |f, v| f.method = v),
+            ("retry_after", MAX_RETRY_AFTER, |f, v| f.retry_after = v),
+            ("idempotency_key", MAX_IDEMPOTENCY_KEY, |f, v| f.idempotency_key = v),
+            ("request_id", MAX_REQUEST_ID, |f, v| f.request_id = v),
+            ("tenant", MAX_TENANT, |f, v| f.tenant = v),
+            ("locale", MAX_LOCALE, |f, v| f.locale = v),
+            ("dependency", MAX_DEPENDENCY, |f, v| f.dependency = v),
+            ("probe_token", MAX_PROBE_TOKEN, |f, v| f.probe_token = v),
+            ("upstream.idempotency_key", MAX_IDEMPOTENCY_KEY, |f, v| {
+                f.upstream.get_or_insert(UPSTREAM).idempotency_key = Some(v);
+            }),
+            ("upstream.reconciliation_action", MAX_ACTION, |f, v| {
+                f.upstream.get_or_insert(UPSTREAM).reconciliation_action = Some(v);
+            }),
+        ];
+        for (name, max, set) in fields {
+            let mut f = Failure::default();
+            set(&mut f, &long[..max]);
+            assert_eq!(check(&f), Ok(()), "{name} at its limit");
+            set(&mut f, &long[..=max]);
+            let v = check(&f).unwrap_err();
+            assert_eq!(v.field, name);
+            assert_eq!(v.description, format!("is {} bytes; the limit is {max}", max + 1));
+        }
     }
 }

@@ -266,7 +266,13 @@ impl Catalog {
     /// (after `.`, `/` or `:`) matched against the catalog's words. No match,
     /// or no method, is a write — the conservative answer.
     pub fn infer_operation(&self, method: &str) -> Operation {
-        let last = method.rsplit(['.', '/', ':']).next().unwrap_or(method);
+        // A byte search: the separators are ASCII, so the byte after one
+        // starts a character (`str::rsplit` with a set of chars decodes
+        // every character: 4 % of a batch).
+        let last = match method.bytes().rposition(|b| matches!(b, b'.' | b'/' | b':')) {
+            Some(at) => &method[at + 1..],
+            None => method,
+        };
         if last.is_empty() {
             return Operation::Write;
         }

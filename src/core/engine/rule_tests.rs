@@ -339,6 +339,13 @@ fn operation_is_inferred_from_the_method_meaning() {
         ("crm.deal.list", Operation::Read),
         ("crm.address.weird", Operation::Write),
         ("", Operation::Write),
+        // The last segment after any of `.`, `/`, `:`; non-ASCII before it.
+        ("orders:list", Operation::Read),
+        ("/orders/get", Operation::Read),
+        ("crm.get.", Operation::Write),
+        ("сделка.get", Operation::Read),
+        ("get", Operation::Read),
+        ("crm.get:сделка", Operation::Write),
     ];
     for (method, op) in cases {
         let d = run(

@@ -147,6 +147,54 @@ fn fields_given_twice_read_as_prost_does() {
 }
 
 #[test]
+fn a_string_cut_inside_a_character_is_left_to_prost() {
+    // `code` is a lone 0xC3, then `method` (joined to it in one stretch)
+    // or `dependency` (whose two-byte key starts with 0x8A, so that the
+    // bytes read on as "\u{CA}"): the string alone is not UTF-8, and
+    // prost refuses it.
+    for next in [field(4, b"crm.deal.add"), field(17, b"dep")] {
+        let mut body = field(2, &[0xC3]);
+        body.extend(next);
+        let wire = field(1, &body);
+        assert!(BatchView::read(&wire).is_none(), "{wire:?}");
+        assert!(pb::ClassifyBatchRequest::decode(wire.as_slice()).is_err());
+    }
+    // Whole characters next to keys of two bytes and numbers of several
+    // are read, every string intact.
+    let mut body = field(2, "é".as_bytes());
+    body.extend(field(17, b"dep"));
+    body.extend(field(9, &[0x08, 0xFF, 0x01]));
+    body.extend(field(15, "тенант".as_bytes()));
+    body.extend([0x28, 0x80, 0x01]);
+    body.extend(field(4, "метод".as_bytes()));
+    body.extend(field(1, b"vibecode"));
+    let wire = field(1, &body);
+    assert!(same_as_prost(&wire).expect("same"), "left to prost");
+    let view = BatchView::read(&wire).expect("read");
+    let (f, _) = *view.item(0);
+    assert_eq!(
+        (f.code, f.dependency, f.tenant, f.method, f.catalog, f.attempt),
+        ("é", "dep", "тенант", "метод", "vibecode", 128)
+    );
+}
+
+#[test]
+fn a_field_given_many_times_keeps_the_last() {
+    // More strings than one stretch holds: the last of each field wins.
+    let mut body = Vec::new();
+    for i in 0..(HELD_TEXTS * 3) {
+        body.extend(field(2, format!("CODE_{i}").as_bytes()));
+        body.extend(field(15, format!("t{i}").as_bytes()));
+    }
+    let wire = field(1, &body);
+    assert!(same_as_prost(&wire).expect("same"), "left to prost");
+    let view = BatchView::read(&wire).expect("read");
+    let (f, _) = *view.item(0);
+    let last = HELD_TEXTS * 3 - 1;
+    assert_eq!((f.code, f.tenant), (&*format!("CODE_{last}"), &*format!("t{last}")));
+}
+
+#[test]
 fn what_only_prost_reads_is_left_to_it() {
     let upstream = pb::Failure {
         upstream: Some(pb::RetryContract::default()),
