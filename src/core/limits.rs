@@ -111,22 +111,15 @@ mod tests {
 
     #[test]
     fn every_field_is_named_with_its_limit() {
-        use crate::core::model::{RetryContract, SideEffectState, Strategy};
-        const UPSTREAM: RetryContract<'static> = RetryContract {
-            retryable: false,
-            safe: false,
-            after_ms: 0,
-            max_after_ms: 0,
-            strategy: Strategy::None,
-            attempt: 1,
-            max_attempts: 0,
-            deadline: None,
-            idempotency_key: None,
-            side_effect_state: SideEffectState::None,
-            reconciliation_action: None,
-        };
-        let long: &'static str = Box::leak("x".repeat(300).into_boxed_str());
-        type Set = fn(&mut Failure<'static>, &'static str);
+        // Every failure carries an upstream contract (the engine's, which
+        // says nothing over a limit) for the last two fields to be set in.
+        let policy = crate::core::Policy::embedded().expect("embedded policy");
+        let now = crate::core::UnixMillis(0);
+        let upstream = crate::core::decide(&policy, &Failure::default(), now)
+            .expect("decided")
+            .retry;
+        let long = "x".repeat(300);
+        type Set = for<'x> fn(&mut Failure<'x>, &'x str);
         let fields: [(&str, usize, Set); 12] = [
             ("catalog", MAX_CATALOG, |f, v| f.catalog = v),
             ("code", MAX_CODE, |f, v| f.code = v),
@@ -139,14 +132,17 @@ mod tests {
             ("dependency", MAX_DEPENDENCY, |f, v| f.dependency = v),
             ("probe_token", MAX_PROBE_TOKEN, |f, v| f.probe_token = v),
             ("upstream.idempotency_key", MAX_IDEMPOTENCY_KEY, |f, v| {
-                f.upstream.get_or_insert(UPSTREAM).idempotency_key = Some(v);
+                f.upstream.as_mut().expect("set").idempotency_key = Some(v);
             }),
             ("upstream.reconciliation_action", MAX_ACTION, |f, v| {
-                f.upstream.get_or_insert(UPSTREAM).reconciliation_action = Some(v);
+                f.upstream.as_mut().expect("set").reconciliation_action = Some(v);
             }),
         ];
         for (name, max, set) in fields {
-            let mut f = Failure::default();
+            let mut f = Failure {
+                upstream: Some(upstream),
+                ..Failure::default()
+            };
             set(&mut f, &long[..max]);
             assert_eq!(check(&f), Ok(()), "{name} at its limit");
             set(&mut f, &long[..=max]);
