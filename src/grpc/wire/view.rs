@@ -224,7 +224,8 @@ fn read_failure<'a>(items: &mut [BatchItem<'a>], whole: &'a [u8], at: usize, tex
                         merge_timestamp(t.get_or_insert_with(Timestamp::default), bytes)?;
                         texts.broken();
                     }
-                    1 | 2 | 4 | 7 | 10 | 14 | 15 | 17 | 19 => {
+                    // The string fields are `text_field`'s.
+                    _ if text_field(&mut items[item].0, tag).is_some() => {
                         let end = at + whole.len() - body.len();
                         texts.push(items, (item, tag), end - bytes.len(), end)?;
                     }
